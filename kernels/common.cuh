@@ -1,0 +1,76 @@
+// Shared device helpers for the conformance kernels.
+//
+// Every kernel that waits on an mbarrier waits with a bound (bounded_wait) and
+// reports a timeout through a status word in global memory, so a TMA that never
+// completes becomes a failing test with a message, not a hung GPU. The status
+// values match fixtures/status.py.
+#pragma once
+#include <cuda/ptx>
+#include <cuda/std/cstdint>
+
+namespace tmac {
+namespace ptx = cuda::ptx;
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
+using s32 = cuda::std::int32_t;
+
+// CUtensorMap: 128 opaque bytes. CUDA 13's cuda.h aligns it to 128 (the driver
+// API asks for at least 64), so ours is 128-aligned wherever we place it.
+struct alignas(128) TensorMap { u64 opaque[16]; };
+
+enum : u32 { STATUS_OK = 0, STATUS_TIMEOUT = 1, STATUS_BAD = 2 };
+
+__device__ inline u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Wait for the phase with `parity` of the mbarrier at `bar` to complete, for at
+// most `timeout_ns` nanoseconds. Returns false on timeout.
+__device__ inline bool bounded_wait(u64* bar, u32 parity, u64 timeout_ns) {
+  const u64 start = globaltimer();
+  while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
+    if (globaltimer() - start > timeout_ns) return false;
+  }
+  return true;
+}
+
+// Initialise a CTA-local mbarrier expecting one arrival, visible to the async proxy.
+// Call from one thread, then __syncthreads().
+__device__ inline void init_barrier(u64* bar) {
+  ptx::mbarrier_init(bar, 1);
+  ptx::fence_proxy_async(ptx::space_shared);
+}
+
+// Round a shared-memory pointer up to `align` bytes (a power of two); the
+// swizzled TMA destinations need 256/512/1024-byte alignment.
+template <typename T>
+__device__ inline T* align_up(T* p, u32 align) {
+  const u32 s = static_cast<u32>(__cvta_generic_to_shared(p));
+  const u32 pad = (align - (s & (align - 1))) & (align - 1);
+  return reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(p) + pad);
+}
+
+// One tiled TMA load of `rank` coordinates into `dst`, completing on `bar`.
+__device__ inline void tma_load(int rank, void* dst, const void* map, const s32* c, u64* bar) {
+  switch (rank) {
+    case 1: { const s32 k[1] = {c[0]};
+              ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar); break; }
+    case 2: { const s32 k[2] = {c[0], c[1]};
+              ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar); break; }
+    case 3: { const s32 k[3] = {c[0], c[1], c[2]};
+              ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar); break; }
+    case 4: { const s32 k[4] = {c[0], c[1], c[2], c[3]};
+              ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar); break; }
+    default: { const s32 k[5] = {c[0], c[1], c[2], c[3], c[4]};
+              ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar); break; }
+  }
+}
+
+// Copy `n` bytes from shared to global memory with every thread of the block.
+__device__ inline void copy_out(unsigned char* out, const unsigned char* src, u32 n) {
+  for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] = src[i];
+}
+
+}  // namespace tmac

@@ -1,0 +1,96 @@
+"""Toolchain conformance: the installation's NVRTC and CCCL build every kernel for
+the arch-specific targets, refuse ``tensormap.replace`` on the plain target, and a
+host-encoded map TMA-loads bit-exactly (GPU smoke test, trap and timeout contained).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures import build, smoke, status
+from fixtures.isolation import run_isolated
+
+KERNELS = sorted(p.name for p in build.KERNEL_DIR.glob("*.cu")
+                 if p.name != "replace_sm90a_only.cu")
+# Seed 003 (PTX ISA, tensormap.replace): "Supported on following architectures:
+# sm_90a, sm_100a, ..."; seed 000: "marked as specific to sm_90a".
+TARGETS = ["sm_90a", "sm_100a"]
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+@pytest.mark.parametrize("source", KERNELS + ["replace_sm90a_only.cu"])
+def test_kernel_builds(kernels, source, arch):
+    b = kernels.build(source, arch=arch)
+    assert b.cubin[:4] == b"\x7fELF", f"{source} for {arch}: NVRTC output is not a cubin"
+    assert Path(b.cccl_include, "cuda", "ptx").is_file()
+
+
+def test_tensormap_replace_rejected_for_plain_sm_90(kernels):
+    """Seed 000: "the cuda::ptx::tensormap_replace functions and corresponding
+    tensormap.replace.tile PTX instructions are marked as specific to sm_90a"."""
+    with pytest.raises(build.BuildError) as info:
+        kernels.build("replace_sm90a_only.cu", arch="sm_90")
+    assert "tensormap" in info.value.log, (
+        "the sm_90 build failed, but not because of tensormap.replace:\n" + info.value.log)
+
+
+SMOKE_SHAPE = (100, 72)          # rows (dim 1), columns (dim 0): 288-byte rows
+SMOKE_BOX = (32, 8)              # 128 inner bytes: a multiple of 16
+SMOKE_COORDS = [(0, 0), (32, 8), (0, 92), (64, 96), (-32, -8), (-4, 40), (96, 0), (64, 200)]
+
+
+def _smoke_id(c):
+    return f"box-at-x{c[0]}-y{c[1]}"
+
+
+def test_smoke_tile_loads_bit_exact(gpu, kernels):
+    """Box loads at aligned coordinates, interior, straddling the edges, negative and
+    fully outside, equal the CuPy slice with zero fill, bit for bit."""
+    rng = np.random.default_rng(20261121)
+    host = rng.standard_normal(SMOKE_SHAPE).astype(np.float32)
+    tiles, st = smoke.load_boxes(host, SMOKE_BOX, SMOKE_COORDS, arch=gpu.arch,
+                                 cache_dir=kernels.cache_dir)
+    status.check_status(st, [_smoke_id(c) for c in SMOKE_COORDS])
+    for tile, (x, y) in zip(tiles, SMOKE_COORDS):
+        want = smoke.expected_box(host, x, y, *SMOKE_BOX)
+        diff = np.flatnonzero(tile.view(np.uint32) != want.view(np.uint32))
+        assert diff.size == 0, (
+            f"box at ({x}, {y}): {diff.size} elements differ, first at flat index {diff[0]}: "
+            f"got {tile.ravel()[diff[0]]!r}, want {want.ravel()[diff[0]]!r}")
+
+
+@pytest.mark.isolated
+def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
+    """A load at inner coordinate 1 (4 bytes) traps (FINDINGS.md:
+    CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
+    and this worker's own context stays usable."""
+    out = run_isolated("fixtures.smoke:probe_trap", gpu.arch, kernels.cache_dir,
+                       device=gpu.ordinal, timeout=120)
+    assert out.kind == "cuda_error", f"expected a trap, got {out}\n{out.detail}"
+    assert out.poisoned, f"the trap {out.error} did not poison the child's context"
+    assert out.error == "CUDA_ERROR_ILLEGAL_INSTRUCTION", (
+        f"trap reported as {out.error}, FINDINGS.md measured CUDA_ERROR_ILLEGAL_INSTRUCTION")
+    host = np.ones(SMOKE_SHAPE, dtype=np.float32)
+    tiles, st = smoke.load_boxes(host, SMOKE_BOX, [(0, 0)], arch=gpu.arch,
+                                 cache_dir=kernels.cache_dir)
+    status.check_status(st, ["after the trap"])
+    assert (tiles == 1).all(), "this worker's context misbehaves after the isolated trap"
+    again = run_isolated("fixtures.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
+                         device=gpu.ordinal, timeout=120)
+    assert again.kind == "returned", f"a fresh child after the trap failed: {again}\n{again.detail}"
+
+
+@pytest.mark.isolated
+def test_bounded_wait_reports_timeout(gpu, kernels):
+    """An mbarrier told to expect more bytes than TMA delivers never completes
+    (FINDINGS.md: it hung forever). The bounded wait turns that into TIMEOUT in
+    the status words, and the kernel exits."""
+    out = run_isolated("fixtures.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
+                       device=gpu.ordinal, timeout=120)
+    assert out.kind == "returned", f"the timeout probe did not return: {out}\n{out.detail}"
+    assert out.value == [status.TIMEOUT, status.TIMEOUT], (
+        f"status words {out.value}, want both TIMEOUT ({status.TIMEOUT})")
+    with pytest.raises(AssertionError, match="timeout"):
+        status.check_status(out.value, ["box0", "box1"])

@@ -1,0 +1,113 @@
+"""NVRTC builds and the cubin cache: miss, hit, key inputs, concurrent compiles, errors."""
+import concurrent.futures as cf
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from fixtures import build, cccl
+
+KERNEL = """#include "inc.cuh"
+extern "C" __global__ void k(int* out) { out[threadIdx.x] = VALUE + HEADER_VALUE; }
+"""
+
+
+@pytest.fixture
+def kdir(tmp_path):
+    d = tmp_path / "kernels"
+    d.mkdir()
+    (d / "k.cu").write_text(KERNEL)
+    (d / "inc.cuh").write_text("#define HEADER_VALUE 1\n")
+    (d / "bad.cu").write_text('extern "C" __global__ void k() { this is not cuda; }\n')
+    return d
+
+
+def compile_(kdir, cache, value=1, arch="sm_90a"):
+    return build.compile_kernel("k.cu", arch=arch, defines={"VALUE": value}, cache_dir=cache,
+                                kernel_dir=kdir)
+
+
+def test_miss_then_hit(kdir, tmp_path):
+    cache = tmp_path / "cache"
+    first, second = compile_(kdir, cache), compile_(kdir, cache)
+    assert (first.cache_hit, second.cache_hit) == (False, True)
+    assert first.cubin == second.cubin and first.cubin[:4] == b"\x7fELF"
+    assert len(list(cache.glob("*.cubin"))) == 1
+
+
+@pytest.mark.parametrize("change", ["define", "header", "arch"])
+def test_key_covers_options_and_included_headers(kdir, tmp_path, change):
+    cache = tmp_path / "cache"
+    compile_(kdir, cache)
+    if change == "define":
+        again = compile_(kdir, cache, value=2)
+    elif change == "header":
+        (kdir / "inc.cuh").write_text("#define HEADER_VALUE 7\n")
+        again = compile_(kdir, cache)
+    else:
+        again = compile_(kdir, cache, arch="sm_100a")
+    assert not again.cache_hit, f"changing the {change} must miss the cache"
+
+
+def test_key_covers_nvrtc_and_cccl_versions():
+    closure, opts = {"k.cu": "x"}, ["-arch"]
+    base = build.cache_key(closure, opts, (13, 0), "3.0.1")
+    assert base != build.cache_key(closure, opts, (13, 1), "3.0.1")
+    assert base != build.cache_key(closure, opts, (13, 0), "3.1.0")
+
+
+def _compile_in_process(args):
+    kdir, cache = args
+    b = compile_(Path(kdir), Path(cache))
+    return b.cache_hit, b.cubin
+
+
+def test_concurrent_compiles_build_once(kdir, tmp_path):
+    cache = tmp_path / "cache"
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(4, mp_context=ctx) as pool:
+        results = list(pool.map(_compile_in_process, [(str(kdir), str(cache))] * 8))
+    hits = [hit for hit, _ in results]
+    assert hits.count(False) == 1, f"expected exactly one compile, got hits={hits}"
+    assert len({cubin for _, cubin in results}) == 1
+    assert not list(cache.glob(".*.tmp")), "temporary files left in the cache"
+
+
+def test_compile_error_shows_the_whole_log(kdir, tmp_path):
+    with pytest.raises(build.BuildError) as info:
+        build.compile_kernel("bad.cu", arch="sm_90a", cache_dir=tmp_path, kernel_dir=kdir)
+    err = info.value
+    assert "error" in err.log and "bad.cu" in err.log
+    assert err.log in str(err) and "--gpu-architecture=sm_90a" in str(err)
+    assert not list(tmp_path.glob("*.cubin"))
+
+
+def test_missing_source_is_named(kdir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.cu"):
+        build.compile_kernel("nope.cu", arch="sm_90a", cache_dir=tmp_path, kernel_dir=kdir)
+
+
+@pytest.mark.parametrize("arch", ["sm90a", "compute_90a", "", "sm_9"])
+def test_bad_arch_is_refused(arch):
+    with pytest.raises(ValueError, match="not an NVRTC architecture"):
+        build.check_arch(arch)
+
+
+def test_build_records_its_inputs(kdir, tmp_path):
+    b = compile_(kdir, tmp_path)
+    assert b.nvrtc_version == build.nvrtc_version()
+    assert Path(b.cccl_include, "cuda", "ptx").is_file()
+    assert "-std=c++17" in b.options and "-DVALUE=1" in b.options
+
+
+def test_cccl_env_override(monkeypatch, tmp_path):
+    cccl.find.cache_clear()
+    monkeypatch.setenv(cccl.ENV_VAR, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no cuda/ptx"):
+        cccl.find()
+    real = next(p for _, p in cccl.candidates() if (p / "cuda" / "ptx").is_file())
+    monkeypatch.setenv(cccl.ENV_VAR, str(real))
+    cccl.find.cache_clear()
+    found = cccl.find()
+    assert found.source == "env" and found.version.count(".") == 2
+    cccl.find.cache_clear()

@@ -1,0 +1,64 @@
+"""The child-process isolation: results, errors, crashes, time-outs, reuse, recycling."""
+import os
+
+import pytest
+
+from fixtures.isolation import IsolatedRunner, run_isolated
+
+
+@pytest.fixture
+def runner():
+    r = IsolatedRunner()
+    yield r
+    r.stop()
+
+
+def call(r, name, *args, **kw):
+    kw.setdefault("device", None)
+    return r.call(f"isolation_targets:{name}", *args, **kw)
+
+
+def test_returns_value_despite_stray_prints(runner):
+    out = call(runner, "add", 2, 3, scale=4)
+    assert (out.kind, out.value) == ("returned", 20), out
+
+
+def test_exception_becomes_result(runner):
+    out = call(runner, "boom")
+    assert out.kind == "exception" and "planted failure" in out.error
+    assert "ValueError" in out.detail
+
+
+def test_cuda_error_becomes_result_with_its_name(runner):
+    out = call(runner, "cuda_fault")
+    assert (out.kind, out.error) == ("cuda_error", "CUDA_ERROR_ILLEGAL_INSTRUCTION"), out
+
+
+def test_child_is_reused_while_healthy(runner):
+    a, b = call(runner, "pid"), call(runner, "pid")
+    assert a.value == b.value != os.getpid()
+    assert runner.started == 1
+
+
+def test_poisoned_child_is_replaced(runner):
+    first = call(runner, "poison")
+    assert first.kind == "cuda_error" and first.poisoned, first
+    second = call(runner, "pid")
+    assert second.kind == "returned" and runner.started == 2
+
+
+def test_crash_becomes_result_and_next_call_works(runner):
+    out = call(runner, "crash")
+    assert out.kind == "crashed" and "status 3" in out.error, out
+    assert call(runner, "add", 1, 1).value == 2
+
+
+def test_timeout_kills_the_child(runner):
+    out = call(runner, "hang", timeout=1.0)
+    assert out.kind == "timeout" and out.seconds < 10, out
+    assert call(runner, "add", 1, 2).value == 3
+
+
+def test_target_must_name_a_function():
+    with pytest.raises(ValueError, match="module:function"):
+        run_isolated("isolation_targets.add")
