@@ -1,0 +1,102 @@
+"""``python -m reports {matrix,diff,merge,bench}``; see README.md.
+
+Exit status: 0 success (diff: no regression; merge: all nodes alike, no failures),
+1 diff found a regression / merge flagged a node, 2 unreadable input or bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import diff as diff_mod
+from . import matrix as matrix_mod
+from . import merge as merge_mod
+from .model import ReportInputError, load_run
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep the message short and clear
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _write(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def cmd_matrix(a) -> int:
+    run = load_run(a.run)
+    out = Path(a.out) if a.out else (Path(a.run) if Path(a.run).is_dir() else Path(a.run).parent)
+    p_md, p_html = matrix_mod.write(run, out)
+    print(f"wrote {p_md} and {p_html}")
+    return 0
+
+
+def cmd_diff(a) -> int:
+    old, new = load_run(a.old), load_run(a.new)
+    d = diff_mod.diff_runs(old, new)
+    md = diff_mod.to_markdown_text(d, a.strict)
+    js = diff_mod.to_json_text(d, a.strict)
+    if a.markdown:
+        _write(a.markdown, md)
+    if a.json:
+        _write(a.json, js)
+    if "-" not in (a.markdown, a.json):
+        sys.stdout.write(js if a.format == "json" else md)
+    return diff_mod.exit_status(d, a.strict)
+
+
+def cmd_merge(a) -> int:
+    runs = [load_run(p) for p in a.runs]
+    m = merge_mod.merge_runs(runs)
+    outs = merge_mod.outputs(m)
+    if a.out:
+        for name, text in outs.items():
+            _write(str(Path(a.out) / name), text)
+        print(f"wrote {', '.join(str(Path(a.out) / n) for n in outs)}", file=sys.stderr)
+    sys.stdout.write(outs["fleet.json"] if a.format == "json" else outs["fleet.md"])
+    return merge_mod.exit_status(m)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:                 # its own options: python -m reports bench --help
+        from . import bench
+        return bench.main(argv[1:])
+    p = _Parser(prog="python -m reports", description="Reports of TMA conformance runs.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    m = sub.add_parser("matrix", help="conformance matrix (matrix.md, matrix.html) of one run")
+    m.add_argument("run", help="run folder, results.json or JUnit XML")
+    m.add_argument("--out", help="folder to write into (default: the run folder)")
+    m.set_defaults(fn=cmd_matrix)
+    d = sub.add_parser("diff", help="what changed between two runs; exit 1 on a regression")
+    d.add_argument("old", help="run folder, results.json or JUnit XML (before)")
+    d.add_argument("new", help="run folder, results.json or JUnit XML (after)")
+    d.add_argument("--markdown", metavar="PATH", help="write the Markdown here ('-' for stdout)")
+    d.add_argument("--json", metavar="PATH", help="write the JSON here ('-' for stdout)")
+    d.add_argument("--format", choices=("md", "json"), default="md", help="what goes to stdout (default md)")
+    d.add_argument("--strict", action="store_true",
+                   help="also exit 1 when coverage was lost (passed -> skipped, vanished cases)")
+    d.set_defaults(fn=cmd_diff)
+    g = sub.add_parser("merge", help="fleet view of many nodes' runs; exit 1 if a node differs or fails")
+    g.add_argument("runs", nargs="+", help="run folders (one per node)")
+    g.add_argument("--out", help="folder for fleet.md, fleet.html, fleet.json")
+    g.add_argument("--format", choices=("md", "json"), default="md", help="what goes to stdout (default md)")
+    g.set_defaults(fn=cmd_merge)
+    sub.add_parser("bench", help="time to verdict: sweeps, workers, compiles (see its --help)")
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except ReportInputError as e:
+        print(f"python -m reports {a.cmd}: unreadable input: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

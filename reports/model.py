@@ -1,0 +1,308 @@
+"""The result model shared by the pytest plugin and the report tools.
+
+A case is one pytest node id. Its *state* is exactly one of ``STATES``:
+
+- ``passed``
+- ``failed``            (assertion, error in setup/teardown, collection error,
+                         a strict known issue that passed: "XPASS(strict)")
+- ``known-issue``       (an xfail, strict, or a known-issue entry in skip mode)
+- ``skipped``           (with a reason and a ``skip_kind``: ``no-gpu``,
+                         ``needs-2-gpus``, ``arch-lacks-feature``, ``other``)
+- ``could-not-build``   (a ``BuildError`` raised while preparing or running it)
+
+A run is read either from ``results.json`` (written by ``fixtures.reporting``;
+schema ``tmac-results/1``) or from a pytest JUnit XML file (any family): the
+plugin writes its JUnit so that the same states come back out of it
+(message prefixes ``could-not-build:`` and ``known-issue <id>:``, skipped
+``type="pytest.xfail"``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULTS_SCHEMA = "tmac-results/1"
+ENV_SCHEMA = "tmac-environment/1"
+
+PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
+STATES = (PASSED, FAILED, KNOWN, SKIPPED, NOBUILD)
+STATE_LABELS = {PASSED: "passed", FAILED: "failed", KNOWN: "known issue",
+                SKIPPED: "skipped", NOBUILD: "could not build"}
+# Worse first; used when a case has several phases (setup, call, teardown) or
+# several rows (JUnit written with teardown errors) to keep the worst.
+_SEVERITY = {NOBUILD: 5, FAILED: 4, KNOWN: 3, SKIPPED: 2, PASSED: 1}
+
+NOBUILD_PREFIX = "could-not-build: "
+KNOWN_PREFIX = "known-issue "
+XPASS_STRICT = "[XPASS(strict)]"
+
+SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "other")
+_SKIP_PATTERNS = [
+    ("needs-2-gpus", re.compile(r"needs? (?:at least )?(?:2|two) GPUs|multi[- ]GPU", re.I)),
+    ("no-gpu", re.compile(r"no (?:CUDA )?(?:GPU|driver|device)|libcuda|CUDA_ERROR_NO_DEVICE|"
+                          r"no CUDA-capable|driver (?:not|is not) (?:found|available|loadable)", re.I)),
+    ("arch-lacks-feature", re.compile(r"architecture|\bsm_\d+|compute capability|\bcc ?\d|"
+                                      r"not supported (?:on|by) (?:this|the) (?:GPU|device|arch)", re.I)),
+]
+
+_RULE_RES = [
+    re.compile(r"\[rule[ :=]+([A-Za-z0-9][\w.\-/]*)\]"),
+    re.compile(r"\brule(?:_id)?[ :=]+([A-Za-z0-9][\w.\-/]*)"),
+]
+_KNOWN_RE = re.compile(r"known-issue (\S+?):\s*(.*?)(?:\s*\[evidence: (.*)\])?\s*$", re.S)
+
+
+class ReportInputError(Exception):
+    """Input the report tools cannot read (exit status 2)."""
+
+
+def classify_skip(reason: str | None) -> str:
+    for kind, rx in _SKIP_PATTERNS:
+        if reason and rx.search(reason):
+            return kind
+    return "other"
+
+
+def extract_rule(message: str | None) -> str | None:
+    if not message:
+        return None
+    for rx in _RULE_RES:
+        m = rx.search(message)
+        if m:
+            return m.group(1).rstrip(".:,;")
+    return None
+
+
+def parse_known(text: str | None) -> dict | None:
+    """``known-issue KI-1: reason [evidence: link]`` -> dict, else None."""
+    if not text:
+        return None
+    i = text.find(KNOWN_PREFIX)
+    if i < 0:
+        return None
+    m = _KNOWN_RE.match(text[i:])
+    if not m:
+        return None
+    return {"id": m.group(1), "reason": m.group(2).strip(), "evidence": (m.group(3) or "").strip()}
+
+
+def known_text(entry_id: str, reason: str, evidence: str) -> str:
+    return f"{KNOWN_PREFIX}{entry_id}: {reason} [evidence: {evidence}]"
+
+
+def suite_of(nodeid: str) -> str:
+    """``suites/test_host_encode.py::x`` -> ``host_encode``; ``tests/test_a.py`` -> ``tests/a``."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    stem = parts[-1]
+    if stem.endswith(".py"):
+        stem = stem[:-3]
+    if stem.startswith("test_"):
+        stem = stem[5:]
+    elif stem.endswith("_test"):
+        stem = stem[:-5]
+    if len(parts) > 1 and parts[0] not in ("suites",):
+        return f"{parts[0]}/{stem}"
+    return stem
+
+
+def nodeid_from_junit(classname: str, name: str, file: str | None = None) -> str:
+    """Best-effort inverse of pytest's ``mangle_test_address``.
+
+    ``suites.test_x.TestA`` + ``test_b[p]`` -> ``suites/test_x.py::TestA::test_b[p]``.
+    The module/class boundary is the first component starting with an upper-case
+    letter (pytest's class naming); the xunit1 ``file`` attribute wins if present.
+    """
+    parts = classname.split(".") if classname else []
+    if file and file.endswith(".py"):
+        mod_parts = file[:-3].replace(os.sep, "/").split("/")
+        if parts[:len(mod_parts)] == mod_parts:
+            rest = parts[len(mod_parts):]
+            return "::".join([file.replace(os.sep, "/")] + rest + [name])
+    cut = len(parts)
+    for i, p in enumerate(parts):
+        if i > 0 and p[:1].isupper():
+            cut = i
+            break
+    module = "/".join(parts[:cut]) + ".py" if cut else ""
+    return "::".join([x for x in [module] + parts[cut:] + [name] if x])
+
+
+@dataclass
+class CaseResult:
+    id: str                       # pytest node id (the stable case id)
+    state: str
+    message: str = ""             # failure message / skip reason / xfail reason (first lines)
+    rule: str | None = None
+    skip_kind: str | None = None
+    known_issue: dict | None = None   # {"id", "reason", "evidence", "mode"}
+    duration: float = 0.0
+    phase: str | None = None      # where it failed: setup, call, teardown, collect
+    worker: str | None = None
+
+    @property
+    def suite(self) -> str:
+        return suite_of(self.id)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["suite"] = self.suite
+        return {k: v for k, v in d.items() if v not in (None, "")}
+
+
+def worse(a: CaseResult | None, b: CaseResult) -> CaseResult:
+    if a is None or _SEVERITY[b.state] > _SEVERITY[a.state]:
+        if a is not None:
+            b.duration += a.duration
+        return b
+    a.duration += b.duration
+    return a
+
+
+@dataclass
+class Run:
+    source: str                                  # what was read
+    cases: dict[str, CaseResult] = field(default_factory=dict)
+    env: dict = field(default_factory=dict)      # fingerprint (environment.json) or {}
+    env_props: dict = field(default_factory=dict)  # flat properties (JUnit or flattened fingerprint)
+    map_layout: object = None
+    meta: dict = field(default_factory=dict)     # run_id, exitstatus, known_issues, ...
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in STATES}
+        for r in self.cases.values():
+            c[r.state] += 1
+        return c
+
+    @property
+    def node(self) -> str:
+        for key in ("host",):
+            if isinstance(self.env.get(key), str):
+                return self.env[key]
+        return self.env_props.get("tmac.host") or self.meta.get("host") or Path(self.source).name
+
+
+# ---------------------------------------------------------------- reading
+
+def _read_json(path: Path) -> object:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportInputError(f"{path}: not readable as JSON ({e})") from None
+
+
+def read_results_json(path: Path) -> Run:
+    data = _read_json(path)
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tmac-results/"):
+        raise ReportInputError(f"{path}: not a results file (expected \"schema\": \"{RESULTS_SCHEMA}\")")
+    if data["schema"] != RESULTS_SCHEMA:
+        raise ReportInputError(f"{path}: schema {data['schema']!r} is not supported (this tool reads {RESULTS_SCHEMA})")
+    run = Run(source=str(path))
+    fields = set(CaseResult.__dataclass_fields__)
+    try:
+        for c in data.get("cases", []):
+            r = CaseResult(**{k: v for k, v in c.items() if k in fields})
+            if r.state not in STATES:
+                raise ReportInputError(f"{path}: case {r.id!r} has unknown state {r.state!r}")
+            run.cases[r.id] = r
+    except TypeError as e:
+        raise ReportInputError(f"{path}: malformed case entry ({e})") from None
+    run.meta = {k: v for k, v in data.items() if k != "cases"}
+    return run
+
+
+def read_junit(path: Path) -> Run:
+    try:
+        tree = ET.parse(path)
+    except (OSError, ET.ParseError) as e:
+        raise ReportInputError(f"{path}: not readable as JUnit XML ({e})") from None
+    root = tree.getroot()
+    if root.tag == "testsuites":
+        suites = root.findall("testsuite")
+    elif root.tag == "testsuite":
+        suites = [root]
+    else:
+        raise ReportInputError(f"{path}: not JUnit XML (root element <{root.tag}>, expected <testsuites> or <testsuite>)")
+    run = Run(source=str(path), meta={"from_junit": True})
+    for s in suites:
+        for p in s.findall("properties/property"):
+            run.env_props[p.get("name", "")] = p.get("value", "")
+        if s.get("hostname"):
+            run.meta.setdefault("host", s.get("hostname"))
+        for tc in s.iter("testcase"):
+            r = _case_from_testcase(tc)
+            run.cases[r.id] = worse(run.cases.get(r.id), r)
+    if not run.cases and not suites:
+        raise ReportInputError(f"{path}: JUnit XML without any <testsuite>")
+    return run
+
+
+def _case_from_testcase(tc: ET.Element) -> CaseResult:
+    nodeid = nodeid_from_junit(tc.get("classname", ""), tc.get("name", ""), tc.get("file"))
+    dur = float(tc.get("time") or 0.0)
+    fail = tc.find("failure")
+    err = tc.find("error")
+    skip = tc.find("skipped")
+    if fail is not None or err is not None:
+        el = fail if fail is not None else err
+        msg = el.get("message") or ""
+        phase = "call"
+        if err is not None:
+            phase = "teardown" if msg.startswith("failed on teardown") else (
+                "collect" if msg == "collection failure" else "setup")
+        state = NOBUILD if NOBUILD_PREFIX.strip() in msg else FAILED
+        r = CaseResult(nodeid, state, msg, rule=extract_rule(msg), duration=dur, phase=phase)
+        if XPASS_STRICT in msg:
+            r.known_issue = parse_known(msg)
+            r.rule = r.rule or "known-issue-no-longer-reproduces"
+        return r
+    if skip is not None:
+        msg = skip.get("message") or ""
+        ki = parse_known(msg)
+        if skip.get("type") == "pytest.xfail" or ki:
+            if ki:
+                ki["mode"] = "xfail" if skip.get("type") == "pytest.xfail" else "skip"
+            return CaseResult(nodeid, KNOWN, msg, known_issue=ki, duration=dur)
+        return CaseResult(nodeid, SKIPPED, msg, skip_kind=classify_skip(msg), duration=dur)
+    return CaseResult(nodeid, PASSED, duration=dur)
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    """A run folder, a ``results.json`` or a JUnit XML file."""
+    p = Path(path)
+    if p.is_dir():
+        res = p / "results.json"
+        junits = sorted(p.glob("junit*.xml")) or sorted(p.glob("*.xml"))
+        if res.is_file():
+            run = read_results_json(res)
+        elif junits:
+            run = read_junit(junits[0])
+        else:
+            raise ReportInputError(f"{p}: no results.json and no JUnit XML in this folder")
+        if junits and res.is_file():
+            # The JUnit keeps the environment as suite properties too.
+            try:
+                run.env_props.update(read_junit(junits[0]).env_props)
+            except ReportInputError:
+                pass
+        env = p / "environment.json"
+        if env.is_file():
+            data = _read_json(env)
+            if isinstance(data, dict):
+                run.env = data
+        layout = p / "map_layout.json"
+        if layout.is_file():
+            run.map_layout = _read_json(layout)
+        elif isinstance(run.env.get("map_layout"), dict):
+            run.map_layout = run.env["map_layout"].get("data")
+        return run
+    if not p.exists():
+        raise ReportInputError(f"{p}: no such file or folder")
+    if p.suffix == ".json":
+        return read_results_json(p)
+    return read_junit(p)

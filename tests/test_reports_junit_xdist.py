@@ -1,0 +1,271 @@
+"""The reporting plugin end to end: a tiny generated test tree run by pytest under ``-n 2``.
+
+Checks the JUnit (one testcase per case id, environment as testsuite properties,
+messages naming state, rule and case), the fingerprint written once by the
+controller, results.json, the matrix files, and the known-issues behaviour
+(strict xfail, skip mode, unmatched warning, usage error on a bad file). CPU only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from reports.model import load_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+TESTS = '''
+import pytest
+from fixtures.build import BuildError
+
+def test_pass():
+    pass
+
+@pytest.mark.rule("R-7")
+def test_fail_rule():
+    assert 1 == 2, "box 384 > 256"
+
+def test_fail_message_rule():
+    raise AssertionError("[rule tiled.box] box too big")
+
+def test_skip_nogpu():
+    pytest.skip("no GPU: no CUDA driver")
+
+def test_skip_two():
+    pytest.skip("needs 2 GPUs with tensor maps, found 1")
+
+def test_skip_arch():
+    pytest.skip("architecture sm_90a lacks the 128B_ATOM swizzles")
+
+def test_build():
+    raise BuildError("k.cu", "sm_90a", ["-arch=sm_90a"], "k.cu(3): error: boom", "NVRTC_ERROR_COMPILATION")
+
+def test_known_fails():
+    assert False, "still broken"
+
+def test_known_passes():
+    pass
+
+def test_known_skip():
+    raise RuntimeError("would hang")
+
+@pytest.mark.parametrize("p", ["f16-rank2-swz128", "f32-rank3-swz0"])
+def test_param(p):
+    pass
+'''
+
+KNOWN = '''
+schema = 1
+
+[[issue]]
+id = "KI-1"
+pattern = "test_tiny.py::test_known_fails"
+reason = "fails on this stack"
+evidence = "https://example.invalid/issue/1"
+
+[[issue]]
+id = "KI-2"
+pattern = "test_tiny.py::test_known_passes"
+reason = "was broken"
+evidence = "measured"
+
+[[issue]]
+id = "KI-3"
+pattern = "test_tiny.py::test_known_skip"
+reason = "hangs the GPU"
+evidence = "measured"
+mode = "skip"
+
+[[issue]]
+id = "KI-4"
+pattern = "test_tiny.py::test_gone*"
+reason = "stale"
+evidence = "x"
+
+[[issue]]
+id = "KI-5"
+pattern = "test_tiny.py::test_pass"
+reason = "only on a future driver"
+evidence = "x"
+driver_min = 999999
+
+[[issue]]
+id = "KI-6"
+pattern = "test_other_file.py::x"
+reason = "another file, not collected here"
+evidence = "x"
+'''
+
+EXPECTED = {
+    "test_tiny.py::test_pass": "passed",
+    "test_tiny.py::test_fail_rule": "failed",
+    "test_tiny.py::test_fail_message_rule": "failed",
+    "test_tiny.py::test_skip_nogpu": "skipped",
+    "test_tiny.py::test_skip_two": "skipped",
+    "test_tiny.py::test_skip_arch": "skipped",
+    "test_tiny.py::test_build": "could-not-build",
+    "test_tiny.py::test_known_fails": "known-issue",
+    "test_tiny.py::test_known_passes": "failed",
+    "test_tiny.py::test_known_skip": "known-issue",
+    "test_tiny.py::test_param[f16-rank2-swz128]": "passed",
+    "test_tiny.py::test_param[f32-rank3-swz0]": "passed",
+}
+
+
+def make_tree(root: Path, tests: str = TESTS, known: str | None = KNOWN) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -ra\n")
+    (root / "conftest.py").write_text((REPO / "conftest.py").read_text())
+    (root / "test_tiny.py").write_text(textwrap.dedent(tests))
+    if known is not None:
+        (root / "known_issues.toml").write_text(known)
+    return root
+
+
+def pytest_run(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def xdist_run(tmp_path_factory):
+    root = make_tree(tmp_path_factory.mktemp("tiny"))
+    out = root / "out"
+    # "--report-dir PATH" (space form) on purpose: workers must still find their conftest.
+    cp = pytest_run(root, "-n", "2", "--report-dir", str(out))
+    return root, out, cp
+
+
+def test_exit_status_and_files(xdist_run):
+    root, out, cp = xdist_run
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    for name in ("junit.xml", "environment.json", "results.json", "matrix.md", "matrix.html"):
+        assert (out / name).is_file(), name
+    assert "crashed" not in cp.stdout
+
+
+def test_one_testcase_per_case_id(xdist_run):
+    _, out, _ = xdist_run
+    root = ET.parse(out / "junit.xml").getroot()
+    cases = [(tc.get("classname"), tc.get("name")) for tc in root.iter("testcase")]
+    assert len(cases) == len(set(cases)) == len(EXPECTED)
+    # valid xunit2: no <properties> inside a <testcase>
+    assert not any(tc.find("properties") is not None for tc in root.iter("testcase"))
+
+
+def test_environment_as_suite_properties(xdist_run):
+    _, out, cp = xdist_run
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    for key in ("tmac.driver.cuda_driver_version", "tmac.nvrtc.version", "tmac.cccl.version", "tmac.sweep",
+                "tmac.gpu_count", "tmac.os.kernel", "tmac.python", "tmac.package.pytest", "tmac.run_id",
+                "tmac.results_schema", "tmac.count.failed"):
+        assert key in props, key
+    assert props["tmac.count.could-not-build"] == "1"
+    assert "incompatible with junit_family" not in cp.stdout + cp.stderr
+
+
+def test_messages_name_state_rule_and_case(xdist_run):
+    _, out, _ = xdist_run
+    msgs = {}
+    for tc in ET.parse(out / "junit.xml").getroot().iter("testcase"):
+        el = next((e for e in tc if e.tag in ("failure", "error", "skipped")), None)
+        msgs[tc.get("name")] = (el.tag, el.get("type"), el.get("message")) if el is not None else None
+    assert msgs["test_pass"] is None
+    tag, _, m = msgs["test_fail_rule"]
+    assert tag == "failure" and m.startswith("[rule R-7] [case test_fail_rule]") and "box 384 > 256" in m
+    assert msgs["test_fail_message_rule"][2].startswith("[case test_fail_message_rule] AssertionError: [rule tiled.box]")
+    tag, _, m = msgs["test_build"]
+    assert tag == "failure" and m.startswith("could-not-build: [case test_build]") and "NVRTC could not build k.cu" in m
+    tag, typ, m = msgs["test_known_fails"]
+    assert (tag, typ) == ("skipped", "pytest.xfail")
+    assert m == "known-issue KI-1: fails on this stack [evidence: https://example.invalid/issue/1]"
+    tag, _, m = msgs["test_known_passes"]
+    assert tag == "failure" and "[XPASS(strict)]" in m and "known-issue KI-2" in m and "no longer" in m
+    assert msgs["test_known_skip"][2].startswith("known-issue KI-3: hangs the GPU")
+    assert msgs["test_skip_two"] == ("skipped", "pytest.skip", "needs 2 GPUs with tensor maps, found 1")
+
+
+def test_results_json_states(xdist_run):
+    _, out, _ = xdist_run
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema"] == "tmac-results/1"
+    cases = {c["id"]: c for c in data["cases"]}
+    assert {k: c["state"] for k, c in cases.items()} == EXPECTED
+    assert cases["test_tiny.py::test_fail_rule"]["rule"] == "R-7"
+    assert cases["test_tiny.py::test_fail_message_rule"]["rule"] == "tiled.box"
+    assert cases["test_tiny.py::test_known_passes"]["known_issue"]["id"] == "KI-2"
+    assert cases["test_tiny.py::test_known_skip"]["known_issue"]["mode"] == "skip"
+    kinds = {k: c.get("skip_kind") for k, c in cases.items() if c["state"] == "skipped"}
+    assert kinds == {"test_tiny.py::test_skip_nogpu": "no-gpu", "test_tiny.py::test_skip_two": "needs-2-gpus",
+                     "test_tiny.py::test_skip_arch": "arch-lacks-feature"}
+    assert {c.get("worker") for c in cases.values()} <= {"gw0", "gw1"}   # really ran under xdist
+    entries = {e["id"]: e for e in data["known_issues"]["entries"]}
+    assert entries["KI-5"]["not_applied"].startswith("driver")
+    assert entries["KI-4"]["not_applied"] == "matched no case in this run"
+
+
+def test_junit_and_results_agree(xdist_run):
+    _, out, _ = xdist_run
+    from_junit = load_run(out / "junit.xml")
+    assert {k: c.state for k, c in from_junit.cases.items()} == EXPECTED
+    assert from_junit.cases["test_tiny.py::test_known_fails"].known_issue["evidence"] == \
+        "https://example.invalid/issue/1"
+
+
+def test_fingerprint_written_once_by_the_controller(xdist_run):
+    _, out, cp = xdist_run
+    env = json.loads((out / "environment.json").read_text())
+    assert env["schema"] == "tmac-environment/1" and env["role"] == "controller"
+    assert env["command"]["xdist_workers"] == 2
+    for key in ("driver", "cuda_runtime", "nvrtc", "cccl", "nvcc", "packages", "gpus", "peer_access",
+                "os", "python", "map_layout", "sweep", "known_issues"):
+        assert key in env, key
+    drv = env["driver"]["cuda_driver_version"]
+    assert isinstance(drv, int) or drv.startswith("unavailable: ")
+    assert sorted(p.name for p in out.glob("environment*.json")) == ["environment.json"]
+    assert "tmac driver" in cp.stdout   # pytest_report_header
+
+
+def test_unmatched_entry_is_warned_once(xdist_run):
+    _, _, cp = xdist_run
+    text = cp.stdout
+    assert "known issue KI-4" in text and "matches no collected test" in text
+    assert text.count("known issue KI-4 (") == 1
+    assert "KI-6" not in text.split("warnings summary")[-1].split("tmac conformance")[0]
+
+
+def test_matrix_lists_known_issues_and_failures(xdist_run):
+    _, out, _ = xdist_run
+    md = (out / "matrix.md").read_text()
+    assert "KI-1" in md and "https://example.invalid/issue/1" in md
+    assert "R-7" in md and "tiled.box" in md
+    assert "needs 2 GPUs" in md
+
+
+def test_default_report_folder_and_bad_known_issues(tmp_path):
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n", known=None)
+    cp = pytest_run(root)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    runs = [p for p in (root / "reports" / "out").iterdir() if p.is_dir() and not p.is_symlink()]
+    assert len(runs) == 1 and (runs[0] / "junit.xml").is_file() and (runs[0] / "matrix.html").is_file()
+    assert (root / "reports" / "out" / "latest").resolve() == runs[0].resolve()
+    # --junitxml given: respected
+    cp = pytest_run(root, f"--junitxml={tmp_path / 'mine.xml'}")
+    assert cp.returncode == 0 and (tmp_path / "mine.xml").is_file()
+    # a bad known-issues file: usage error naming the file and the problem
+    bad = tmp_path / "bad.toml"
+    bad.write_text('schema = 1\n[[issue]]\nid = "X"\npattern = "*"\nreason = "r"\n')
+    cp = pytest_run(root, f"--known-issues={bad}")
+    assert cp.returncode == 4
+    assert str(bad) in cp.stderr and "missing required key 'evidence'" in cp.stderr

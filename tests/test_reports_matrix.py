@@ -1,0 +1,98 @@
+"""Matrix rendering (Markdown + standalone HTML) and axis parsing on hand-made runs (CPU only)."""
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from reports import axes
+from reports.__main__ import main
+from reports.matrix import render
+from reports.model import load_run
+
+from reports_helpers import env, run_dir
+
+CASES = {
+    "suites/test_tma_load.py::test_load[f16-rank2-swz128-il0-zerofill]": "passed",
+    "suites/test_tma_load.py::test_load[bf16-rank3-swz64-il0-nanfill]": {
+        "state": "failed", "rule": "load.swizzle.pattern", "message": "bytes differ at offset 64"},
+    "suites/test_tma_load.py::test_load[f32-rank5-swz0-il16-zerofill]": {
+        "state": "known-issue", "message": "known-issue KI-7: x [evidence: https://example.invalid/7]",
+        "known_issue": {"id": "KI-7", "reason": "x", "evidence": "https://example.invalid/7", "mode": "xfail"}},
+    "suites/test_fence.py::test_publish[scope-gpu]": {"state": "skipped", "message": "no GPU: no driver",
+                                                      "skip_kind": "no-gpu"},
+    "suites/test_fence.py::test_two_gpus[scope-sys]": {"state": "skipped", "skip_kind": "needs-2-gpus",
+                                                       "message": "needs 2 GPUs with tensor maps, found 1"},
+    "suites/test_device_encode.py::test_replace[replace-elemtype=bf16-from-zeros-shared-ptxwrap]": {
+        "state": "could-not-build", "message": "could-not-build: NVRTC could not build replace.cu"},
+}
+KNOWN = [{"id": "KI-7", "pattern": "*il16*", "reason": "x", "evidence": "https://example.invalid/7",
+          "mode": "xfail", "cases": {"known-issue": 1}},
+         {"id": "KI-8", "pattern": "*f64*", "reason": "y", "evidence": "text evidence", "mode": "skip",
+          "cases": {}, "not_applied": "driver 13000 > driver_max 12080"}]
+
+
+def test_axes_parse():
+    p = axes.parse("suites/test_tma_load.py::test_load[bf16-rank3-swz64-il0-nanfill]")
+    assert p == {"dtype": "bf16", "rank": "3", "swizzle": "swz64", "interleave": "il0", "fill": "nanfill"}
+    assert axes.parse("suites/x.py::test[f32ftz-2d]") == {"dtype": "f32ftz", "rank": "2"}
+    assert axes.parse("suites/test_fence.py::test_publish[scope-gpu]") == {"scope": "gpu"}
+    assert axes.parse("suites/test_fence.py::test_publish[sys-scope-r4-l2-128]") == \
+        {"scope": "sys", "rank": "4", "l2": "l2-128"}
+    assert axes.parse("suites/test_toolchain.py::test_builds[tma_load.cu-sm_90a]") == {}
+    assert axes.parse("suites/test_f16stuff.py::test_x[elemtype=f16]") == {"dtype": "f16"}  # path not parsed
+
+
+def test_matrix_markdown(tmp_path):
+    run = load_run(run_dir(tmp_path / "r", CASES, env(), known=KNOWN))
+    md, _ = render(run)
+    assert "FAIL: 1 failed, 1 could not build" in md
+    assert "| tma_load | 1 | **1** | 1 | 0 | 0 | 3 |" in md
+    assert "| device_encode | 0 | 0 | 0 | 0 | **1** | 1 |" in md
+    for header in ("| dtype |", "| swizzle |", "| interleave |", "| fill |", "| rank |", "| scope |"):
+        assert header in md
+    assert "| bf16 | 0 | **1** | 0 | 0 | **1** | 2 |" in md      # the load failure and the build failure
+    assert "load.swizzle.pattern" in md and "bytes differ at offset 64" in md
+    assert "[https://example.invalid/7](https://example.invalid/7)" in md
+    assert "driver 13000 > driver_max 12080" in md
+    assert "| needs-2-gpus | needs 2 GPUs with tensor maps, found 1 | 1 |" in md
+    assert "NVIDIA H200" in md and "580.65.06" in md
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.external = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        a = dict(attrs)
+        if tag in ("script", "link", "img", "iframe") or (tag != "a" and any(
+                (v or "").startswith(("http:", "https:", "//")) for v in a.values())):
+            self.external.append((tag, a))
+
+
+def test_matrix_html_is_standalone(tmp_path):
+    d = run_dir(tmp_path / "r", CASES, env(), known=KNOWN)
+    assert main(["matrix", str(d)]) == 0
+    html = (d / "matrix.html").read_text()
+    p = _Collect()
+    p.feed(html)
+    assert p.external == []
+    assert "@import" not in html and "url(" not in html
+    assert p.tags.count("table") >= 8
+    assert '<a href="https://example.invalid/7">' in html
+    assert 'class="st-failed"' in html and 'class="st-could-not-build"' in html
+
+
+def test_matrix_from_junit_only(tmp_path):
+    from reports_helpers import junit
+    j = junit(tmp_path / "j.xml", {"suites/test_a.py::test_x[f16]": "passed",
+                                   "suites/test_a.py::test_y[f32]": "known-issue"},
+              {"tmac.driver.cuda_driver_version": "13000", "tmac.host": "n9"})
+    assert main(["matrix", str(j), "--out", str(tmp_path / "m")]) == 0
+    md = (tmp_path / "m" / "matrix.md").read_text()
+    assert "n9" in md and "KI-1" in md and "| f32 | 0 | 0 | 1 | 0 | 0 | 1 |" in md
+
+
+def test_matrix_unreadable_exits_2(tmp_path, capsys):
+    assert main(["matrix", str(tmp_path / "nothing")]) == 2
+    assert "unreadable input" in capsys.readouterr().err
