@@ -1,0 +1,195 @@
+"""Tiled TMA loads against the NumPy reference model (fixtures/tma_model.py), bit-exactly.
+
+Cases come from fixtures/tma_cases.py: data type x swizzle x interleave x OOB fill x
+rank, with element strides and coordinate sets (interior, straddling each edge,
+negative, fully outside).  Each case is its own test id, but the GPU work runs in
+batches: the first test of a batch (up to BATCH cases of one rank, in collection
+order) launches ``tma_load_batch`` once for all of them (one block per case) and the
+results are kept for the others.  Each test then compares its own shared-memory
+bytes with the model.
+
+Cases that must trap (FINDINGS.md: unaligned inner coordinate) run one by one in a
+child process (fixtures.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fixtures import status as st
+from fixtures import tma_cases, tma_model
+from fixtures.enums import short
+from fixtures.isolation import run_isolated
+from fixtures.tma_probes import run_batch
+
+BATCH = 512
+
+
+def _level(config) -> str:
+    return config.getoption("sweep", default="standard") or "standard"
+
+
+def pytest_generate_tests(metafunc):
+    if "load_case" in metafunc.fixturenames:
+        cases = [c for c in tma_cases.generate(_level(metafunc.config)) if c.expect == "data"]
+        metafunc.parametrize("load_case", cases, ids=[c.id for c in cases])
+    if "trap_case" in metafunc.fixturenames:
+        cases = [c for c in tma_cases.generate(_level(metafunc.config)) if c.expect == "trap"]
+        metafunc.parametrize("trap_case", cases, ids=[c.id for c in cases])
+
+
+class Batches:
+    """Runs the data cases of this sweep level in batches, on demand, and keeps
+    the results: a batch is launched by the first of its tests that runs."""
+
+    def __init__(self, level, gpu, kernels, selected=None):
+        self.gpu, self.kernels = gpu, kernels
+        cases = [c for c in tma_cases.generate(level) if c.expect == "data"
+                 and (selected is None or c.id in selected)]
+        self.batch_of: dict[str, tuple] = {}
+        self.members: dict[tuple, list] = {}
+        for rank in range(1, 6):
+            mine = [c for c in cases if c.rank == rank]
+            for k in range(0, len(mine), BATCH):
+                key = (rank, k // BATCH)
+                self.members[key] = mine[k:k + BATCH]
+                for c in mine[k:k + BATCH]:
+                    self.batch_of[c.id] = key
+        self.results: dict[str, object] = {}
+        self.errors: dict[tuple, str] = {}
+        self.launches = 0
+
+    def result(self, case):
+        key = self.batch_of[case.id]
+        if key in self.errors:
+            raise AssertionError(f"{case.id}: its batch (rank {key[0]}, #{key[1]}, "
+                                 f"{len(self.members[key])} cases) failed: {self.errors[key]}")
+        if case.id not in self.results:
+            self.gpu.activate()
+            module = self.kernels.load("tma_load.cu")
+            try:
+                runs = run_batch(module, self.members[key])
+            except Exception as exc:      # e.g. a trap: the context is gone
+                self.errors[key] = f"{type(exc).__name__}: {exc}"
+                raise
+            for run in runs:
+                self.results[run.case_id] = run
+            self.launches += 1
+        return self.results[case.id]
+
+
+@pytest.fixture(scope="module")
+def tma_batches(request, gpu, kernels):
+    # only the cases this session collected (-k, --deselect): a batch never
+    # launches work no test will look at
+    selected = {item.callspec.params["load_case"].id for item in request.session.items
+                if hasattr(item, "callspec") and "load_case" in item.callspec.params}
+    return Batches(_level(request.config), gpu, kernels, selected)
+
+
+def _elem_hex(buf: bytes, off: int, esize: int) -> str:
+    start = off - off % esize
+    return "0x" + buf[start:start + esize][::-1].hex()
+
+
+def _mismatch_message(case, got: bytes, want: bytes) -> str:
+    g = np.frombuffer(got, dtype=np.uint8)
+    w = np.frombuffer(want, dtype=np.uint8)
+    diff = np.flatnonzero(g != w)
+    p = case.load
+    es = p.esize
+    lines = [f"{case.id}: {diff.size} of {w.size} shared-memory bytes differ from the model "
+             f"(box bytes {tma_model.smem_bytes(p)}, counts {tma_model.box_counts(p)}, "
+             f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
+             f"element strides {p.element_strides}, dst offset {p.smem_offset})"]
+    for off in diff[:8]:
+        off = int(off)
+        where = tma_model.describe_offset(p, off)
+        lines.append(f"  byte {off}: hardware 0x{g[off]:02x}, model 0x{w[off]:02x}; element "
+                     f"hardware {_elem_hex(got, off, es)}, model {_elem_hex(want, off, es)}; "
+                     f"{where}")
+    n_poison_hw = int((g[diff] == tma_model.POISON).sum())
+    if n_poison_hw:
+        lines.append(f"  {n_poison_hw} differing byte(s) still hold the shared-memory poison "
+                     f"0x{tma_model.POISON:02x}: the load did not write them")
+    guard = tma_model.footprint(p)
+    if (diff >= guard).any():
+        lines.append(f"  the load wrote past the box footprint ({guard} bytes)")
+    return "\n".join(lines)
+
+
+def test_tma_load(load_case, tma_batches):
+    """The box a tiled TMA load puts in shared memory equals the model's, bit for bit."""
+    run = tma_batches.result(load_case)
+    assert run.encode_status == "CUDA_SUCCESS", (
+        f"{load_case.id}: cuTensorMapEncodeTiled returned {run.encode_status} for a map "
+        f"the documented rules (seed 004) allow")
+    assert run.status == st.OK, f"{load_case.id}: kernel status {st.describe(run.status)}"
+    assert run.global_intact, f"{load_case.id}: the load changed global memory: {run.global_note}"
+    want = tma_model.load(load_case.load, run.pool, run.tensor_base)
+    assert want.kind == "data"
+    assert run.image == want.data, _mismatch_message(load_case, run.image, want.data)
+
+
+_SEED004 = {c.id: c for c in tma_cases.seed004_count_cases()}
+_seed004_runs: dict = {}
+_SEED004_EXTRA = 4096
+
+
+def _padded(buf: bytes, n: int) -> np.ndarray:
+    out = np.full(n, tma_model.POISON, dtype=np.uint8)
+    out[:len(buf)] = np.frombuffer(buf, dtype=np.uint8)
+    return out
+
+
+@pytest.mark.parametrize("case_id", list(_SEED004))
+def test_box_per_seed_004(case_id, gpu, kernels):
+    """Seed 004: boxDim is the "number of elements to be traversed along each of
+    the tensorRank dimensions", TMA "loads ceil(boxDim[i] / elementStrides[i])
+    number of elements along i-th dimension" (dimension 0's stride ignored
+    without interleave).  The load (run to completion: its wait is told a byte
+    count no load reaches) must put exactly those elements in shared memory,
+    rows dense.  Non-interleaved controls must pass; interleaved boxes on the
+    H200 do not (tma_model.INTERLEAVE_EVIDENCE)."""
+    if not _seed004_runs:
+        gpu.activate()
+        module = kernels.load("tma_load.cu")
+        for rank in sorted({c.rank for c in _SEED004.values()}):
+            mine = [c for c in _SEED004.values() if c.rank == rank]
+            for run in run_batch(module, mine, tx_override=(1 << 20) - 1,
+                                 timeout_ns=5_000_000, extra_copy=_SEED004_EXTRA):
+                _seed004_runs[run.case_id] = run
+    case, run = _SEED004[case_id], _seed004_runs[case_id]
+    p = case.load
+    assert run.encode_status == "CUDA_SUCCESS", f"{case_id}: encode {run.encode_status}"
+    assert run.status == st.TIMEOUT, f"{case_id}: the unreachable byte count was reached?"
+    with tma_model.documented_semantics():
+        doc = tma_model.load(p, run.pool, run.tensor_base).data
+        doc_counts = tma_model.box_counts(p)
+    n = max(len(doc), len(run.image))
+    got, want = _padded(run.image, n), _padded(doc, n)
+    diff = np.flatnonzero(got != want)
+    written = int((got != tma_model.POISON).sum())
+    assert diff.size == 0, (
+        f"{case_id}: the hardware disagrees with seed 004: by its sentence the box holds "
+        f"{doc_counts} elements of {p.esize} bytes = {tma_model.documented_tx_bytes(p)} "
+        f"bytes; shared memory differs from that in {diff.size} bytes (first at "
+        f"{int(diff[0])}) and about {written} bytes were written.  Measured on the H200 "
+        f"(tma_model.INTERLEAVE_EVIDENCE): counts {tma_model.box_counts(p)} of "
+        f"{tma_model.unit_bytes(p)}-byte units = {tma_model.smem_bytes(p)} bytes")
+
+
+@pytest.mark.isolated
+def test_tma_load_trap(trap_case, gpu, kernels):
+    """An unaligned inner coordinate (FINDINGS.md) must trap with
+    CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
+    why = tma_model.trap_reason(trap_case.load)
+    assert why, f"{trap_case.id}: the model does not call this case a trap"
+    out = run_isolated("fixtures.tma_probes:trap_target", trap_case.params(), gpu.arch,
+                       str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
+    assert out.kind == "cuda_error", (
+        f"{trap_case.id} ({why}): expected a trap, got {out} "
+        f"{out.value if out.kind == 'returned' else out.detail}")
+    assert out.error == tma_model.TRAP_ERROR, (
+        f"{trap_case.id}: trapped with {out.error}, the model (FINDINGS.md) says "
+        f"{tma_model.TRAP_ERROR}")
