@@ -3,8 +3,8 @@
 Cases come from fixtures/tma_cases.py: data type x swizzle x interleave x OOB fill x
 rank, with element strides and coordinate sets (interior, straddling each edge,
 negative, fully outside).  Each case is its own test id, but the GPU work runs in
-batches: the first test of a batch (up to BATCH cases of one rank, in collection
-order) launches ``tma_load_batch`` once for all of them (one block per case) and the
+batches: the first test of a batch (up to BATCH cases of one rank and one bucket of
+fixtures.batching, which the xdist scheduler keeps on one worker) launches ``tma_load_batch`` once for all of them (one block per case) and the
 results are kept for the others.  Each test then compares its own shared-memory
 bytes with the model.
 
@@ -19,6 +19,7 @@ import pytest
 from fixtures import status as st
 from fixtures import tma_cases, tma_model
 from fixtures.enums import short
+from fixtures.batching import bucket
 from fixtures.isolation import run_isolated
 from fixtures.tma_probes import run_batch
 
@@ -46,12 +47,16 @@ class Batches:
         self.gpu, self.kernels = gpu, kernels
         cases = [c for c in tma_cases.generate(level) if c.expect == "data"
                  and (selected is None or c.id in selected)]
+        # A batch: the cases of one bucket (fixtures.batching: the xdist scheduler
+        # keeps a bucket on one worker) and one rank, at most BATCH of them.
+        groups: dict[tuple, list] = {}
+        for c in cases:
+            groups.setdefault((bucket(c.id), c.rank), []).append(c)
         self.batch_of: dict[str, tuple] = {}
         self.members: dict[tuple, list] = {}
-        for rank in range(1, 6):
-            mine = [c for c in cases if c.rank == rank]
+        for (b, rank), mine in groups.items():
             for k in range(0, len(mine), BATCH):
-                key = (rank, k // BATCH)
+                key = (rank, b, k // BATCH)
                 self.members[key] = mine[k:k + BATCH]
                 for c in mine[k:k + BATCH]:
                     self.batch_of[c.id] = key
@@ -62,7 +67,7 @@ class Batches:
     def result(self, case):
         key = self.batch_of[case.id]
         if key in self.errors:
-            raise AssertionError(f"{case.id}: its batch (rank {key[0]}, #{key[1]}, "
+            raise AssertionError(f"{case.id}: its batch (rank {key[0]}, bucket {key[1]}, "
                                  f"{len(self.members[key])} cases) failed: {self.errors[key]}")
         if case.id not in self.results:
             self.gpu.activate()

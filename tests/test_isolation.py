@@ -43,6 +43,7 @@ def test_child_is_reused_while_healthy(runner):
 def test_poisoned_child_is_replaced(runner):
     first = call(runner, "poison")
     assert first.kind == "cuda_error" and first.poisoned, first
+    assert isinstance(first.value, int), "the returned value was lost"
     second = call(runner, "pid")
     assert second.kind == "returned" and runner.started == 2
 
