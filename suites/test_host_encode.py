@@ -1,0 +1,452 @@
+"""Host encoding conformance: the four driver encoders against the documented rules.
+
+Every case of ``fixtures.encode_cases`` (each documented rule of ``fixtures.rules``,
+just inside, just outside and far outside its boundary, on valid bases spanning every
+data type, rank, interleave, swizzle, L2 promotion and fill) goes through the driver;
+its accept / reject must be the rules model's. A disagreement fails with the rule
+id(s), the quoted sentence(s), the parameters and both answers.
+
+Then: every valid tiled combination encodes; encoding is deterministic;
+cuTensorMapReplaceAddress equals a fresh encode and changes only address bits;
+cuda.core's encoder gives the same bytes; and edge cases from the field
+(PUBLIC_BUGS.md, FINDINGS.md), including encode in a context poisoned by a trap.
+
+Set ``TMAC_ENCODE_LOG=<dir>`` to get one JSON line per rule case (model, driver).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fixtures import encode as enc
+from fixtures import encode_cases as ec
+from fixtures import rules as R
+from fixtures.encode_probes import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
+                                    encode_params, replace_params)
+from fixtures.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
+from fixtures.isolation import run_isolated
+
+ALLOC_BYTES = 1 << 22
+WIDE_ARCH = "im2col_wide.arch_cc100"
+SMEM_OPTIN_H200 = 232448     # cudaDevAttrMaxSharedMemoryPerBlockOptin on an H200
+
+
+def _ignore(p, cc) -> tuple:
+    """Rules a rule case does not check: below cc 10.0 the im2col-wide architecture rule
+    is checked by test_im2col_wide_rejected_below_cc100 alone, so the wide cases still
+    measure every other im2col-wide rule on this GPU."""
+    q = p.base if isinstance(p, R.ReplaceParams) else p
+    return (WIDE_ARCH,) if isinstance(q, R.Im2colWideParams) and tuple(cc) < (10, 0) else ()
+
+
+def _level(config) -> str:
+    return config.getoption("sweep", default="standard") or "standard"
+
+
+@functools.lru_cache(maxsize=None)
+def _valid_sample(level: str) -> tuple:
+    """Valid bases (tiled + im2col) for the byte-level checks, a fixed sample."""
+    n = {"smoke": 4, "standard": 24, "full": 96}[level]
+    out = []
+    for kind in (R.TILED, R.IM2COL):
+        pool = [p for p in ec.base_pool(kind) if not ec._is_extra(p)]
+        step = max(1, len(pool) // n)
+        out += pool[::step][:n]
+    return tuple(out)
+
+
+PEER_SWIZZLES = (Swizzle.NONE, Swizzle.B32, Swizzle.B64, Swizzle.B128)
+
+
+@functools.lru_cache(maxsize=None)
+def _peer_cases(level: str) -> tuple:
+    """(id, TiledParams) for the cuda.core comparison: 13 dtypes x ranks, non-interleaved."""
+    ranks = {"smoke": (2,), "standard": (1, 2, 3, 5), "full": (1, 2, 3, 4, 5)}[level]
+    out = []
+    for i, dt in enumerate(d for d in DataType if not DTYPES[d].is_packed):
+        for rank in ranks:
+            swz = PEER_SWIZZLES[(i + rank) % 4]
+            l2 = L2Promotion((i + 2 * rank) % 4)
+            fill = OobFill.NAN_REQUEST_ZERO_FMA if DTYPES[dt].is_float and (i + rank) % 2 else OobFill.NONE
+            p = ec.make_tiled(dt, rank, Interleave.NONE, swz, l2, fill, pick=rank)
+            if p is not None:
+                out.append((ec.base_id(p), p))
+    return tuple(out)
+
+
+def _field_cases() -> list[tuple[str, object, str]]:
+    """(id, params, where it comes from): edge cases users hit."""
+    T = R.TiledParams
+    u8_r2 = T(dtype=0, rank=2, global_dim=(64, 4), global_strides=(64,), box_dim=(64, 2),
+              element_strides=(1, 1))
+    f16_r1 = T(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
+               element_strides=(1,))
+    out = [
+        ("rank1-strides-empty", f16_r1.with_(global_strides=()), "FINDINGS.md: empty list rejected"),
+        ("rank1-strides-null", f16_r1.with_(global_strides=None), "FINDINGS.md: NULL vs empty"),
+        ("rank1-strides-one-0", f16_r1.with_(global_strides=(0,)), "FINDINGS.md: one element, 0"),
+        ("rank1-strides-one-512", f16_r1.with_(global_strides=(512,)), "FINDINGS.md"),
+    ]
+    for v in ((1 << 31) - 16, 1 << 31, (1 << 31) + 16, (1 << 32) - 16, 1 << 32,
+              (1 << 40) - 16, 1 << 40, (1 << 40) + 16):
+        out.append((f"u8-r2-stride-{ec._num(v)}", u8_r2.with_(global_strides=(v,)),
+                    "cudnn-frontend#853: strides near 2^31 and 2^40"))
+    out += [
+        ("u8-r2-box-larger-than-dims", u8_r2.with_(global_dim=(16, 1), global_strides=(16,),
+                                                   box_dim=(64, 2)),
+         "pytorch/helion#2555: box larger than the tensor"),
+        ("u8-r2-box-outer-gt-dim", u8_r2.with_(box_dim=(64, 256)), "helion#2555"),
+        ("u8-r2-box384", u8_r2.with_(box_dim=(64, 384)), "flash-attention#1296: boxDim 384"),
+        ("u8-r2-null-address", u8_r2.with_(address_offset=None),
+         "flash-attention#1343: NULL globalAddress (empty tensor)"),
+        ("f16-r3-il16-rank3", T(dtype=6, rank=3, global_dim=(8, 16, 4), global_strides=(16, 256),
+                                box_dim=(8, 8, 2), element_strides=(1, 1, 1), interleave=1),
+         "NVIDIA/cccl#8422: rank-3 interleaved must be accepted"),
+        ("f16-r2-box128-swz128", T(dtype=6, rank=2, global_dim=(256, 8), global_strides=(512,),
+                                   box_dim=(128, 8), element_strides=(1, 1), swizzle=3),
+         "tilelang#2578, Fuser#924: inner box 256 B > 128 B swizzle must be rejected"),
+        ("u8-r2-map-at-64-mod-128", u8_r2.with_(map_offset=64),
+         "triton#9439: CUDA 13 descriptors at 64 mod 128"),
+        ("f16-r3-box-bytes-64KiB", T(dtype=6, rank=3, global_dim=(128, 256, 8),
+                                     global_strides=(256, 65536), box_dim=(128, 256, 1),
+                                     element_strides=(1, 1, 1)),
+         "a large box within shared memory (64 KiB)"),
+        ("f16-r3-box-bytes-over-smem", T(dtype=6, rank=3, global_dim=(128, 256, 8),
+                                         global_strides=(256, 65536), box_dim=(128, 256, 8),
+                                         element_strides=(1, 1, 1)),
+         "a box of 512 KiB, more than an H200 block's shared memory: no documented rule "
+         "forbids it"),
+    ]
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    level = _level(metafunc.config)
+    if "encode_case" in metafunc.fixturenames:
+        cs = ec.cases(level)
+        metafunc.parametrize("encode_case", cs, ids=[c.id for c in cs])
+    if "valid_group" in metafunc.fixturenames:
+        groups = [(short(dt), rank) for dt in DataType for rank in range(1, 6)]
+        metafunc.parametrize("valid_group", groups, ids=[f"{d}-r{r}" for d, r in groups])
+    if "valid_params" in metafunc.fixturenames:
+        ps = _valid_sample(level)
+        metafunc.parametrize("valid_params", ps, ids=[ec.base_id(p) for p in ps])
+    if "peer_case" in metafunc.fixturenames:
+        pcs = _peer_cases(level)
+        metafunc.parametrize("peer_case", [p for _, p in pcs], ids=[i for i, _ in pcs])
+    if "field_case" in metafunc.fixturenames:
+        fcs = _field_cases()
+        metafunc.parametrize("field_case", fcs, ids=[f[0] for f in fcs])
+
+
+# --------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def alloc(gpu):
+    """A device allocation whose address the cases offset from (>= 256-byte aligned)."""
+    import cupy
+    buf = cupy.zeros(ALLOC_BYTES, dtype=cupy.uint8)
+    base = int(buf.data.ptr)
+    assert base % 256 == 0, f"allocation base {base:#x} is not 256-byte aligned"
+    yield base
+    del buf
+
+
+@pytest.fixture(scope="module")
+def encode_log(gpu):
+    d = os.environ.get("TMAC_ENCODE_LOG")
+    if not d:
+        yield None
+        return
+    Path(d).mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(Path(d) / f"encode-{worker}.jsonl", "a") as f:
+        yield f
+
+
+def _params_text(p) -> str:
+    return json.dumps(p.as_dict(), default=str)
+
+
+def _answer(accept: bool) -> str:
+    return "accept" if accept else "reject"
+
+
+def _disagreement(what, p, verdict, status_name, cc, extra="", target=None) -> RuleDisagreement:
+    if target and (verdict.accept or target in verdict.ids):
+        rid = target
+    else:
+        rid = verdict.ids[0] if verdict.ids else "accepts-valid"
+    lines = [f"[rule: {rid}] {what}: the driver and the documented rules disagree",
+             f"  driver: {status_name}",
+             f"  rules (cc {cc[0]}.{cc[1]}): {verdict.explain()}",
+             f"  params: {_params_text(p)}"]
+    if verdict.accept:
+        lines.append("  (no documented rule forbids these parameters: a conforming driver "
+                     "accepts them)")
+        if target in R.RULES_BY_ID:
+            lines.append("  probing (inside): " + R.RULES_BY_ID[target].describe())
+    if extra:
+        lines.append("  " + extra)
+    return RuleDisagreement("\n".join(lines), rid)
+
+
+def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=None):
+    verdict = R.evaluate(p, cc, _ignore(p, cc))
+    if ok != verdict.accept:
+        raise _disagreement(what, p, verdict, result_status, cc, target=target)
+    if not ok and result_status != "CUDA_ERROR_INVALID_VALUE":
+        raise _disagreement(what, p, verdict, result_status, cc,
+                            "the rejection must be CUDA_ERROR_INVALID_VALUE (the only parameter "
+                            "error the text lists)", target=target)
+    return verdict
+
+
+def _needs_wide(p):
+    q = p.base if isinstance(p, R.ReplaceParams) else p
+    if isinstance(q, R.Im2colWideParams) and not enc.has_im2col_wide():
+        pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
+
+
+# --------------------------------------------------------------------- rule cases
+ARCH_PROBES = ("dtype.packed_arch", "swizzle.atom_arch")
+
+
+def sm100_only(case, cc) -> bool:
+    """A case of another rule on a map only sm_100 can encode (packed type, 128B_ATOM)."""
+    q = case.params.base if isinstance(case.params, R.ReplaceParams) else case.params
+    return tuple(cc) < (10, 0) and case.rule not in ARCH_PROBES and ec._is_extra(q)
+
+def test_rule_case(encode_case, gpu, alloc, encode_log):
+    """The driver's accept/reject equals the rules model's for one boundary case."""
+    p, cc = encode_case.params, gpu.cc
+    _needs_wide(p)
+    if isinstance(p, R.Im2colWideParams) and tuple(cc) < (10, 0):
+        pytest.skip(f"needs sm_100: im2col-wide is documented for compute capability 10.0 and "
+                    f"later only; on {cc[0]}.{cc[1]} test_im2col_wide_rejected_below_cc100 "
+                    f"measures the architecture rule")
+    if sm100_only(encode_case, cc):
+        pytest.skip(f"needs sm_100: the map uses a packed type or a 128B_ATOM swizzle, which "
+                    f"compute capability {cc[0]}.{cc[1]} lacks; its rejection here is measured "
+                    f"by the dtype.packed_arch / swizzle.atom_arch cases")
+    verdict = R.evaluate(p, cc, _ignore(p, cc))
+    if isinstance(p, R.ReplaceParams):
+        out = replace_params(p, alloc)
+        if encode_log:
+            encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
+                                         "side": encode_case.side, "model": verdict.accept,
+                                         "violated": verdict.ids,
+                                         "base_status": out.base.status_name,
+                                         "status": out.replaced.status_name if out.replaced else None}) + "\n")
+        base_verdict = R.evaluate(p.base, cc, _ignore(p, cc))
+        if not out.base.ok and not base_verdict.accept:
+            pytest.skip(f"the base map cannot be encoded on compute capability {cc[0]}.{cc[1]} "
+                        f"(rules {base_verdict.ids}; the driver agrees: {out.base.status_name})")
+        if not out.base.ok:
+            raise _disagreement(f"{encode_case.id} (the base map to replace into)", p.base,
+                                base_verdict, out.base.status_name, cc)
+        check_against_rules(p, out.replaced.status_name, out.replaced.ok, cc, encode_case.id,
+                            target=encode_case.rule)
+        return
+    res = encode_params(p, alloc)
+    if encode_log:
+        encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
+                                     "side": encode_case.side, "model": verdict.accept,
+                                     "violated": verdict.ids, "status": res.status_name}) + "\n")
+    check_against_rules(p, res.status_name, res.ok, cc, encode_case.id, target=encode_case.rule)
+
+
+def test_im2col_wide_rejected_below_cc100(gpu, alloc):
+    """\"This API is only supported on devices of compute capability 10.0 or higher.\"
+    A valid im2col-wide map must be rejected below 10.0 (and accepted from 10.0)."""
+    p = ec.make_wide(DataType.FLOAT16, 3, Interleave.NONE, Swizzle.B128, L2Promotion.NONE,
+                     OobFill.NONE, 0)
+    if not enc.has_im2col_wide():
+        pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
+    res = encode_params(p, alloc)
+    check_against_rules(p, res.status_name, res.ok, gpu.cc, "valid im2col-wide map",
+                        target=WIDE_ARCH) if gpu.cc >= (10, 0) else None
+    if gpu.cc < (10, 0):
+        verdict = R.evaluate(p, gpu.cc)
+        assert verdict.ids == [WIDE_ARCH]
+        if res.ok or res.status_name != "CUDA_ERROR_INVALID_VALUE":
+            raise _disagreement("valid im2col-wide map", p, verdict, res.status_name, gpu.cc,
+                                target=WIDE_ARCH)
+
+
+# --------------------------------------------------------------------- valid maps
+def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
+    """dtype x rank: every interleave x swizzle x L2 x fill the rules allow encodes."""
+    dshort, rank = valid_group
+    dt = DataType[[d.name for d in DataType if short(d) == dshort][0]]
+    if DTYPES[dt].min_sm > gpu.sm:
+        pytest.skip(f"{dshort} needs sm_{DTYPES[dt].min_sm} (compute capability "
+                    f"{DTYPES[dt].min_sm // 10}.{DTYPES[dt].min_sm % 10}); this GPU is sm_{gpu.sm}")
+    combos = [p for p in ec.valid_tiled_combinations(gpu.sm) if p.dtype == dt and p.rank == rank]
+    assert combos, f"no valid combination generated for {dshort} rank {rank}"
+    bad = []
+    for p in combos:
+        v = R.evaluate(p, gpu.cc)
+        assert v.accept, f"generator bug: {ec.base_id(p)} breaks {v.ids}"
+        res = encode_params(p, alloc)
+        if not res.ok:
+            bad.append(f"{ec.base_id(p)}: {res.status_name}  params={_params_text(p)}")
+    assert not bad, (f"[rule: accepts-valid] {len(bad)} of {len(combos)} valid combinations were "
+                     f"rejected (no documented rule forbids them):\n" + "\n".join(bad[:40]))
+
+
+def test_encode_is_deterministic(valid_params, gpu, alloc):
+    a = encode_params(valid_params, alloc)
+    b = encode_params(valid_params, alloc)
+    assert a.ok, f"[rule: accepts-valid] valid map rejected: {a.status_name} {_params_text(valid_params)}"
+    assert b.ok and a.map_bytes == b.map_bytes, (
+        f"two encodes of the same parameters differ:\n  {a.map_bytes.hex()}\n  "
+        f"{b.map_bytes.hex() if b.map_bytes else b.status_name}")
+    c = encode_params(valid_params, alloc, map_offset=64) if valid_params.map_offset == 0 else None
+    if c is not None and c.ok:
+        assert c.map_bytes == a.map_bytes, "the map's own address changed its bytes"
+
+
+def _address_bits(p, alloc) -> int:
+    """Bits of the map that change when only globalAddress changes (single-bit flips)."""
+    align = R.address_align(p)
+    ref = encode_params(p, alloc)
+    mask = 0
+    bit = align
+    while bit < ALLOC_BYTES:
+        other = encode_params(p.with_(address_offset=bit), alloc)
+        assert other.ok, f"encode at offset {bit} failed: {other.status_name}"
+        mask |= int.from_bytes(ref.map_bytes, "little") ^ int.from_bytes(other.map_bytes, "little")
+        bit <<= 1
+    return mask
+
+
+def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc):
+    p = valid_params
+    align = R.address_align(p)
+    first = encode_params(p, alloc)
+    assert first.ok, f"[rule: accepts-valid] {first.status_name} {_params_text(p)}"
+    mask = _address_bits(p, alloc)
+    assert bin(mask).count("1") >= 8, f"only {bin(mask).count('1')} map bits follow the address"
+    for off in (align, 7 * align, 1 << 12, (1 << 21) + align):
+        new = alloc + off
+        rep = enc.replace_address(first.map_bytes, new)
+        fresh = encode_params(p.with_(address_offset=off), alloc)
+        assert rep.ok, f"[rule: replace.address.align16] ReplaceAddress({new:#x}) -> {rep.status_name}"
+        assert fresh.ok
+        assert rep.map_bytes == fresh.map_bytes, (
+            f"ReplaceAddress(+{off}) differs from a fresh encode at that address:\n"
+            f"  replaced {rep.map_bytes.hex()}\n  fresh    {fresh.map_bytes.hex()}")
+        diff = int.from_bytes(first.map_bytes, "little") ^ int.from_bytes(rep.map_bytes, "little")
+        assert diff & ~mask == 0, (
+            f"ReplaceAddress changed bits outside the address field: {diff & ~mask:#x}")
+        assert diff != 0, "ReplaceAddress to a different address left the map unchanged"
+
+
+# --------------------------------------------------------------------- peer encoder
+_PEER_NP = {DataType.UINT8: "uint8", DataType.UINT16: "uint16", DataType.UINT32: "uint32",
+            DataType.INT32: "int32", DataType.UINT64: "uint64", DataType.INT64: "int64",
+            DataType.FLOAT16: "float16", DataType.FLOAT32: "float32", DataType.FLOAT64: "float64"}
+_PEER_STORAGE = {DataType.BFLOAT16: "uint16", DataType.FLOAT32_FTZ: "float32",
+                 DataType.TFLOAT32: "float32", DataType.TFLOAT32_FTZ: "float32"}
+
+
+@pytest.fixture(scope="module")
+def peer(gpu):
+    from fixtures.encode_probes import CudaCoreDumper
+    try:
+        return CudaCoreDumper(gpu.ordinal, gpu.arch)
+    except CudaCoreUnavailable as exc:
+        pytest.skip(f"peer encoder not installed: {exc}")
+
+
+def _cc_enum(peer, cls_name, value):
+    import cuda.core._tensor_map as tm
+    cls = getattr(tm, cls_name)
+    for name in dir(cls):
+        if not name.startswith("_"):
+            v = getattr(cls, name)
+            try:
+                if int(v) == int(value):
+                    return v
+            except (TypeError, ValueError):
+                continue
+    raise CudaCoreUnavailable(f"cuda.core {cls_name} has no value {int(value)}")
+
+
+def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer):
+    import cupy
+    p = peer_case
+    dt = DataType(p.dtype)
+    shape = tuple(reversed(p.global_dim))
+    arr = cupy.zeros(shape, dtype=_PEER_NP.get(dt) or _PEER_STORAGE[dt])
+    strides = tuple(reversed(arr.strides))[1:]
+    q = p.with_(global_strides=strides, address_offset=0)
+    ours = encode_params(q, int(arr.data.ptr))
+    assert ours.ok, f"[rule: accepts-valid] encode_tiled rejected {ours.status_name} {_params_text(q)}"
+    kw = dict(element_strides=tuple(reversed(q.element_strides)),
+              swizzle=_cc_enum(peer, "TensorMapSwizzle", q.swizzle),
+              l2_promotion=_cc_enum(peer, "TensorMapL2Promotion", q.l2_promotion),
+              oob_fill=_cc_enum(peer, "TensorMapOOBFill", q.oob_fill),
+              interleave=_cc_enum(peer, "TensorMapInterleave", q.interleave))
+    if dt in _PEER_STORAGE:
+        kw["data_type"] = _cc_enum(peer, "TensorMapDataType", dt)
+    try:
+        desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
+    except Exception as exc:
+        pytest.fail(f"cuda.core refused a map the driver encodes: {type(exc).__name__}: {exc}\n"
+                    f"  params: {_params_text(q)}")
+    theirs = peer.map_bytes(desc)
+    assert theirs == ours.map_bytes, (
+        f"cuda.core and cuTensorMapEncodeTiled give different bytes for {_params_text(q)}\n"
+        f"  encode_tiled {ours.map_bytes.hex()}\n  cuda.core    {theirs.hex()}")
+
+
+# --------------------------------------------------------------------- field edge cases
+def test_field_case(field_case, gpu, alloc):
+    name, p, source = field_case
+    res = encode_params(p, alloc)
+    check_against_rules(p, res.status_name, res.ok, gpu.cc, f"{name} ({source})")
+
+
+def test_rank1_null_and_empty_strides_agree(gpu, alloc):
+    """Rank 1 reads no stride: NULL, [] and a one-element list must give one answer."""
+    f16 = R.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
+                        element_strides=(1,))
+    answers = {}
+    for label, s in (("empty", ()), ("null", None), ("one", (512,))):
+        r = encode_params(f16.with_(global_strides=s), alloc)
+        answers[label] = (r.status_name, r.map_bytes)
+    names = {k: v[0] for k, v in answers.items()}
+    assert len({v[0] for v in answers.values()}) == 1, (
+        f"[rule: global_strides.mult16] rank 1 answers depend on an array of rank - 1 = 0 "
+        f"elements: {names}")
+    maps = {v[1] for v in answers.values() if v[1]}
+    assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
+
+
+@pytest.mark.isolated
+def test_encode_in_poisoned_context(gpu):
+    """After a trap kills the context, encode must still answer with a documented code,
+    and if it succeeds, with the same bytes as before the trap."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "facts.json")
+        outcome = run_isolated("fixtures.encode_probes:encode_after_trap", path,
+                               device=gpu.ordinal, timeout=120)
+        assert os.path.exists(path), f"the probe wrote nothing: {outcome} {outcome.detail[-2000:]}"
+        facts = json.load(open(path))
+    assert facts["before"]["status"] == "CUDA_SUCCESS", facts
+    assert facts["trap"] != "no error", f"the trap kernel did not trap: {facts}"
+    after = facts["after"]["status"]
+    assert after in DOCUMENTED_STATUSES, (
+        f"encode in a poisoned context returned {after}, which the driver text does not list "
+        f"for cuTensorMapEncodeTiled (it lists {DOCUMENTED_STATUSES}); facts: {facts}")
+    if after == "CUDA_SUCCESS":
+        assert facts["after"]["bytes"] == facts["before"]["bytes"], facts
+    rep = facts["replace_after"]["status"]
+    assert rep in DOCUMENTED_STATUSES, (
+        f"ReplaceAddress in a poisoned context returned {rep}; facts: {facts}")
