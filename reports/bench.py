@@ -94,9 +94,32 @@ def gpu_count() -> int:
     return len(state.tma_devices) if state.available else 0
 
 
+def startup_costs(samples: int = 3) -> list[dict]:
+    """``python -m reports.startup`` a few times: imports, cuInit, context, isolated child."""
+    rows = []
+    for _ in range(samples):
+        p = subprocess.run([sys.executable, "-m", "reports.startup"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        try:
+            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        except (IndexError, ValueError):
+            rows.append({"error": (p.stderr or p.stdout)[-500:]})
+    return rows
+
+
+def collection_time(sweep: str, extra) -> float:
+    """Wall time of collecting the whole sweep in one process (what each worker repeats)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider",
+                    f"--sweep={sweep}", *extra], cwd=ROOT, capture_output=True, timeout=300)
+    return round(time.perf_counter() - t0, 2)
+
+
 def run(sweeps, workers, extra, arch) -> dict:
     result: dict = {"schema": SCHEMA, "gpus": gpu_count(), "cpus": os.cpu_count(),
                     "compile": compile_times(arch), "sweeps": [], "scaling": [], "gpu_split": []}
+    result["startup"] = startup_costs() if result["gpus"] else []
+    result["collection_s"] = {s: collection_time(s, extra) for s in sweeps}
     for sweep in sweeps:                       # -n auto, cold cache
         with tempfile.TemporaryDirectory() as cache:
             r = _pytest(["-n", "auto", f"--sweep={sweep}", f"--kernel-cache={cache}", *extra])
@@ -130,6 +153,14 @@ def table(result: dict) -> str:
         lines.append(f"| {r['sweep']} | warm | {r['workers']} | {r['cases']} | {r['wall_s']} | {rate:.0f} |")
     for r in result["gpu_split"]:
         lines.append(f"| GPUs {r['visible']} | warm | auto | {r['cases']} | {r['wall_s']} | |")
+    lines += ["", "| sweep | collection in one process s |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result.get("collection_s", {}).items()]
+    if result.get("startup"):
+        keys = [k for k in result["startup"][0] if k != "error"]
+        lines += ["", "| start-up (per worker) | " + " | ".join(keys) + " |",
+                  "|---|" + "---|" * len(keys)]
+        for i, row in enumerate(result["startup"]):
+            lines.append(f"| sample {i + 1} | " + " | ".join(str(row.get(k)) for k in keys) + " |")
     lines += ["", "| suite (largest sweep) | cases | summed test time s |", "|---|---|---|"]
     if result["sweeps"]:
         for name, s in result["sweeps"][-1]["suites"].items():

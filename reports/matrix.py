@@ -70,7 +70,7 @@ def document(run: Run) -> Document:
         for a in axes.AXES:
             per_axis[a][parsed.get(a, "-")][c.state] += 1
     axis_sec = Section("Per parameter axis", paragraphs=[
-        "Values parsed from the case ids (docs/reports.md lists the spellings); \"-\" counts the cases "
+        "Values parsed from the case ids (reports/README.md lists the spellings); \"-\" counts the cases "
         "whose id names no value for that axis."])
     for a in axes.AXES:
         values = per_axis[a]
