@@ -39,7 +39,8 @@ def _pytest(args: list[str], env: dict | None = None, timeout: float = 560) -> d
         suites = _junit_suites(junit) if junit.exists() else {}
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     return {"args": args, "wall_s": round(wall, 2), "exit": proc.returncode, "summary": last,
-            "suites": suites, "cases": sum(s["cases"] for s in suites.values())}
+            "suites": suites, "cases": sum(s["cases"] for s in suites.values()),
+            "output_tail": (proc.stdout + proc.stderr)[-4000:]}
 
 
 def _junit_suites(path: Path) -> dict:
