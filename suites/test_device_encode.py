@@ -1,0 +1,591 @@
+"""Device-side encoding and modification of tensor maps vs host encoding (issue 5).
+
+Seed 000 (CUDA Programming Guide 10.30.1) describes encoding a tiled tensor map on
+the device: copy a template (or, on sm_90a, 128 zero bytes) into shared memory,
+change fields with ``tensormap.replace`` (seed 003), publish with
+``tensormap.cp_fenceproxy``; or modify a map in global memory in place and publish
+it with a release fence that the consumer acquires (seed 001).
+
+How it is checked (fixtures/device_encode.py, kernels/device_encode.cu):
+* the field footprints are learned from the driver in this run
+  (fixtures/map_layout.py: pairs of host maps differing in one parameter) and
+  written to ``map_layout.json`` in ``--report-dir``;
+* every field x ordinal x value x state space x writing style, from a template and
+  from zeros, plus >= 1,000 random whole maps, are encoded on the device (one warp
+  per map, one launch per kernel) and compared with cuTensorMapEncodeTiled of the
+  same parameters on every bit a replaceable field owns; the remaining differing
+  bits are classified and reported by word (test_differing_bits_are_explained);
+* every loadable device map is used for TMA loads next to the host map
+  (``device_map_load``): the tiles must be identical, and equal the NumPy model
+  (fixtures/tma_model.py);
+* raw PTX and cuda::ptx agree, shared and global-in-place agree, device
+  global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
+  builds give the same maps, the global_stride operand is in bytes
+  (triton#5408), and target mismatches are build errors with a log.
+All GPU work of the module runs in a few launches in one module fixture.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fixtures import build, cuda_env
+from fixtures import device_encode as de
+from fixtures import map_layout as ml
+from fixtures import status as st
+from fixtures.isolation import run_isolated
+
+# Words FINDINGS.md saw differ between device and host maps on the H200:
+# "template = a host map with a different box / dtype: word 8 differs; template =
+# 128 zero bytes: words 8 and 9 differ".
+FINDINGS_WORDS = (8, 9)
+STRIDE_BUG = ("PUBLIC_BUGS.md triton-lang/triton#5408: \"a ptxas bug read the tensormap.replace "
+              "global_stride operand in 16-byte units instead of bytes\"; seed 004: "
+              "\"globalStrides array, which specifies tensor stride ... in bytes\"")
+
+
+def _level(config) -> str:
+    return config.getoption("sweep", default="standard") or "standard"
+
+
+@functools.lru_cache(maxsize=None)
+def _cases(level: str, sm: int):
+    return tuple(de.field_cases(level, sm)), tuple(de.whole_cases(level, sm))
+
+
+def _collect_sm(config) -> int:
+    arch = config.getoption("arch", default=None)
+    if arch:
+        return int("".join(ch for ch in arch[3:] if ch.isdigit()))
+    state = cuda_env.probe()
+    if state.available and state.tma_devices:
+        from fixtures import gpu as placement
+        cc = placement.home_device(state).cc
+        return cc[0] * 10 + cc[1]
+    return 90
+
+
+def _param(c, sm):
+    if c.min_sm > sm:
+        return pytest.param(c, id=c.id, marks=pytest.mark.skip(
+            reason=f"needs sm_{c.min_sm}a (seed 003: .swizzle_atomicity and .elemtype 13..15 are "
+                   f"sm_100a features); this GPU is sm_{sm}. The sm_100a build is checked by "
+                   f"test_builds_for_sm100a"))
+    return pytest.param(c, id=c.id)
+
+
+def pytest_generate_tests(metafunc):
+    level = _level(metafunc.config)
+    if not {"field_case", "whole_case", "address_case", "stride_case", "style_group",
+            "footprint_key"} & set(metafunc.fixturenames):
+        return
+    sm = _collect_sm(metafunc.config)
+    fields, wholes = _cases(level, sm)
+    if "field_case" in metafunc.fixturenames:
+        metafunc.parametrize("field_case", [_param(c, sm) for c in fields])
+    if "whole_case" in metafunc.fixturenames:
+        metafunc.parametrize("whole_case", [_param(c, sm) for c in wholes])
+    if "address_case" in metafunc.fixturenames:
+        cs = [c for c in fields if c.key == "global_address" and c.template is not None]
+        metafunc.parametrize("address_case", [_param(c, sm) for c in cs])
+    if "stride_case" in metafunc.fixturenames:
+        cs = [c for c in fields if c.key.startswith("global_stride") and c.template is not None
+              and c.space == "shared"]
+        metafunc.parametrize("stride_case", [_param(c, sm) for c in cs])
+    if "style_group" in metafunc.fixturenames:
+        groups = sorted({c.key.split("[")[0] for c in fields})
+        metafunc.parametrize("style_group", groups)
+    if "footprint_key" in metafunc.fixturenames:
+        metafunc.parametrize("footprint_key", list(ml.REPLACEABLE))
+
+
+# ----------------------------------------------------------------- fixture
+@dataclass
+class Ctx:
+    sm: int
+    layout: ml.Layout
+    dev_fps: dict
+    fp_rows: list
+    writable: int
+    batch: de.Batch
+    module: object
+    fields: tuple
+    wholes: tuple
+
+    def result(self, case) -> de.CaseResult:
+        return self.batch.results[case.id]
+
+
+@pytest.fixture(scope="module")
+def ctx(request, gpu, kernels) -> Ctx:
+    import cupy
+    from fixtures.encode import encode_tiled
+    gpu.activate()
+    level = _level(request.config)
+    anchor = cupy.zeros(1 << 16, dtype=cupy.uint8)     # a real address for the layout bases
+    layout = ml.measure(encode_tiled, ml.default_bases(int(anchor.data.ptr)))
+    module = kernels.load(de.KERNEL_SOURCE)
+    dev_fps, fp_rows = de.device_footprints(module, layout, gpu.sm)
+    writable = 0
+    for m in dev_fps.values():
+        writable |= m
+    fields, wholes = _cases(level, _collect_sm(request.config))
+    # The batch (encodes + loads) runs in a child process: a trapping load (sticky
+    # CUDA_ERROR_ILLEGAL_INSTRUCTION) becomes a result instead of killing the worker.
+    sm = _collect_sm(request.config)
+
+    def probe(load_ids):
+        o = run_isolated("fixtures.device_encode:isolated_run", level, sm, gpu.arch,
+                         str(kernels.cache_dir), load_ids, device=gpu.ordinal, timeout=240)
+        return o.value if o.kind == "returned" else None
+
+    out = run_isolated("fixtures.device_encode:isolated_run", level, sm, gpu.arch,
+                       str(kernels.cache_dir), device=gpu.ordinal, timeout=240)
+    if out.kind == "returned":
+        results, base, launches = out.value
+        batch = de.Batch(results, de.pool_host(), base, launches)
+    else:
+        # A load trapped (sticky): bisect the loads in fresh children to name the cases,
+        # keep the loads of the clean halves.
+        batch = de.run(module, list(fields) + list(wholes), sm=gpu.sm, do_loads=False)
+        ids = [c.id for c in list(fields) + list(wholes) if c.loads and c.min_sm <= gpu.sm]
+        payloads, trapped, left = de.bisect_traps(ids, probe, max_calls=48)
+        for res, _, _ in payloads:
+            for cid, r in res.items():
+                if r.loads:
+                    batch.results[cid].loads = r.loads
+        for cid in trapped:
+            batch.trapped[cid] = (f"a load through this case's maps trapped the context "
+                                  f"({out.error}; found by bisection in child processes)")
+        for cid in left:
+            batch.trapped[cid] = f"loads not run: the bisection of a trapping batch ran out ({out})"
+    c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes)
+    yield c
+    del anchor
+
+
+# ----------------------------------------------------------------- helpers
+def _params_text(t: ml.TiledMap) -> str:
+    return (f"{ml.DTYPES[t.dtype].short} rank {t.rank} dims {list(t.global_dim)} strides "
+            f"{list(t.global_strides)} box {list(t.box_dim)} elemstrides "
+            f"{list(t.element_strides)} {t.interleave.name} {t.swizzle.name} {t.fill.name} "
+            f"L2 {t.l2.name} address {t.address:#x}")
+
+
+def _bits_text(ctx: Ctx, mask: int, limit: int = 12) -> str:
+    parts = []
+    for r in ml.ranges(mask)[:limit]:
+        owners = ctx.layout.owners(ml._first_bit(r))
+        parts.append(f"{r} ({'/'.join(owners) or 'no field'})")
+    more = len(ml.ranges(mask)) - limit
+    return ", ".join(parts) + (f", ... {more} more" if more > 0 else "")
+
+
+def _words_text(a: bytes, b: bytes, words) -> str:
+    x, y = ml.as_int(a), ml.as_int(b)
+    return "; ".join(f"w{w}: device 0x{ml.word(x, w):016x} host 0x{ml.word(y, w):016x}"
+                     for w in words)
+
+
+def _rule_for(case) -> str:
+    return de.SEED000_ZEROS if case.template is None else de.SEED000
+
+
+def _check_map(ctx: Ctx, case) -> list[str]:
+    """Bytes: the device map equals the host map on every bit an active replaceable
+    field owns and tensormap.replace writes."""
+    r = ctx.result(case)
+    errs = []
+    if r.host is None:
+        return [f"[rule device-encode.host] cuTensorMapEncodeTiled rejected the target "
+                f"({r.host_status}): the case generator made an invalid map: {_params_text(r.target)}"]
+    if case.template is not None and r.template is None:
+        return [f"[rule device-encode.host] the template was rejected ({r.template_status})"]
+    if r.device_status != st.OK:
+        return [f"[rule device-encode.status] the encoding warp reported "
+                f"{st.describe(r.device_status)} (an op the kernel does not have for sm_{ctx.sm}?)"]
+    d = de.classify(r.device, r.host, ctx.layout, ctx.writable, r.target.rank, r.target)
+    if d.strict:
+        tf32 = ""
+        if d.strict == d.strict & (1 << 80) and case.template is not None:
+            tf32 = (" Bit w1[16] is set by the driver only for TFLOAT32 / TFLOAT32_FTZ maps; "
+                    "tensormap.replace.elemtype did not clear it when the template was a tf32 map "
+                    f"(template w1 = 0x{ml.word(ml.as_int(r.template), 1):016x}).")
+        errs.append(
+            f"[rule device-encode.field-bits] {_rule_for(case)}; {de.SEED003}. The device map "
+            f"differs from cuTensorMapEncodeTiled of the same parameters on bits a replaceable "
+            f"field owns: {_bits_text(ctx, d.strict)}. {_words_text(r.device, r.host, ml.words_of(d.strict))}. "
+            f"Target: {_params_text(r.target)}; program: "
+            f"{', '.join(f'{o.field}[{o.ord}]={o.value:#x}' for o in case.ops)}.{tf32}")
+    return errs
+
+
+def _check_loads(ctx: Ctx, case) -> list[str]:
+    from fixtures import tma_model
+    r = ctx.result(case)
+    errs = []
+    if not case.loads or r.device_status != st.OK or r.host is None:
+        return errs
+    if case.id in ctx.batch.trapped:
+        return [f"[rule device-encode.load] {ctx.batch.trapped[case.id]}"]
+    if len(r.loads) != len(case.loads):
+        return [f"[rule device-encode.load] {len(r.loads)} of {len(case.loads)} loads ran"]
+    for lr in r.loads:
+        where = f"load at {list(lr.coords)}"
+        if lr.device_status != st.OK or lr.host_status != st.OK:
+            errs.append(f"[rule device-encode.load] {where}: device map {st.describe(lr.device_status)}, "
+                        f"host map {st.describe(lr.host_status)} ({de.SEED001})")
+            continue
+        if lr.device != lr.host:
+            a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(lr.host, np.uint8)
+            diff = np.flatnonzero(a != b)
+            errs.append(f"[rule device-encode.load] {where}: the tile loaded through the device map "
+                        f"differs from the host map's in {diff.size} bytes, first at shared byte "
+                        f"{diff[0]} (device 0x{a[diff[0]]:02x}, host 0x{b[diff[0]]:02x}); "
+                        f"{_rule_for(case)}")
+            continue
+        try:
+            want = tma_model.load(de.to_tiled_load(r.target, lr.coords), ctx.batch.pool,
+                                  r.pool_offset)
+        except ValueError as exc:          # the model does not cover it: say so, don't hide it
+            warnings.warn(f"{case.id}: no model answer ({exc})")
+            continue
+        if want.kind == "data" and want.data != lr.device:
+            a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(want.data, np.uint8)
+            diff = np.flatnonzero(a != b)
+            p = de.to_tiled_load(r.target, lr.coords)
+            errs.append(f"[rule tma-model] {where}: device and host maps load the same tile, but it "
+                        f"differs from fixtures/tma_model.py in {diff.size} bytes, first at "
+                        f"{tma_model.describe_offset(p, int(diff[0]))} (hardware 0x{a[diff[0]]:02x}, "
+                        f"model 0x{b[diff[0]]:02x})")
+    return errs
+
+
+def _fail(case, errs):
+    if errs:
+        pytest.fail(f"case {case.id}:\n  " + "\n  ".join(errs), pytrace=False)
+
+
+# ------------------------------------------------------------------- tests
+def test_field_footprints_learned(ctx):
+    """Every tensormap.replace field has a footprint the driver shows (host pairs
+    differing in one parameter); L2 promotion, which has no replace field, too."""
+    empty = [k for k in ml.all_keys() if not ctx.layout.footprints.get(k)]
+    assert not empty, (
+        f"[rule map-layout.footprint] no bit moved for {empty} across "
+        f"{sum(ctx.layout.accepted.values())} accepted host encodes: the layout measure "
+        f"cannot say which bits these fields own (accepted per key: {ctx.layout.accepted})")
+
+
+def test_device_footprint(ctx, footprint_key):
+    """tensormap.replace of one field writes only bits the driver associates with that
+    field (seed 003: "replaces the field, specified by .field qualifier"), and on every
+    bit both touch the single-field device map equals the host map. Bits the driver
+    moves but replace never writes are allowed only in FINDINGS' words 8/9."""
+    key = footprint_key
+    host_fp = ctx.layout.footprints.get(key, 0)
+    dev_fp = ctx.dev_fps.get(key, 0)
+    if not host_fp:
+        pytest.fail(f"[rule map-layout.footprint] {key}: no host footprint learned")
+    errs = []
+    extra = dev_fp & ~host_fp
+    # A rank change adds/drops whole dimensions: the rank's host footprint excludes
+    # per-dimension bits, so allow the device rank op to touch those too.
+    if key == "rank":
+        extra &= ~ctx.layout.owned([k for k in ml.all_keys() if "[" in k])
+    if extra:
+        errs.append(f"[rule device-encode.footprint] replace of {key} wrote bits outside the "
+                    f"field's host footprint: {_bits_text(ctx, extra)} ({de.SEED003})")
+    host_only = host_fp & ~dev_fp
+    outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in FINDINGS_WORDS)
+    if outside:
+        errs.append(f"[rule device-encode.footprint] the driver moves bits for {key} that "
+                    f"tensormap.replace never writes, outside FINDINGS' words {FINDINGS_WORDS}: "
+                    f"{_bits_text(ctx, outside)}")
+    bad = []
+    for v, mb, code, space, style in ctx.fp_rows:
+        if v.key != key:
+            continue
+        if code != st.OK:
+            bad.append(f"{key}={v.value!r} base {v.base_index} {space}/{style}: status {st.describe(code)}")
+            continue
+        # only the field's own bits: a rank variant also adds/drops dimensions on the host
+        d = (ml.as_int(mb) ^ ml.as_int(v.map_bytes)) & host_fp & dev_fp
+        if d:
+            bad.append(f"{key}={v.value!r} base {v.base_index} {space}/{style}: "
+                       f"{_bits_text(ctx, d, 4)}")
+    if bad:
+        errs.append(f"[rule device-encode.field-bits] single-field replaces that differ from the "
+                    f"host encode of the same change ({len(bad)}): " + "; ".join(bad[:8]))
+    assert not errs, "\n".join(errs)
+
+
+def test_replace_field(ctx, field_case):
+    """One field x ordinal x value, from a template differing in that field (or from
+    zeros with the whole program), in one state space and writing style: the bytes
+    on the field bits equal the host encode, and loads equal the host map's."""
+    _fail(field_case, _check_map(ctx, field_case) + _check_loads(ctx, field_case))
+
+
+def test_whole_map(ctx, whole_case):
+    """A random valid map encoded on the device with every field replaced (seed 000's
+    kernel), from zeros or a template with the same box or another box / data type /
+    swizzle / rank, against cuTensorMapEncodeTiled and by loads."""
+    _fail(whole_case, _check_map(ctx, whole_case) + _check_loads(ctx, whole_case))
+
+
+def test_replace_address_matches_driver(ctx, address_case):
+    """Device global_address replacement on a host template equals
+    cuTensorMapReplaceAddress of the same template, on all 128 bytes."""
+    from fixtures.encode import replace_address
+    r = ctx.result(address_case)
+    assert r.template is not None and r.device is not None and r.device_status == st.OK, (
+        f"case {address_case.id}: no device map ({st.describe(r.device_status)}, template "
+        f"{r.template_status})")
+    h = replace_address(r.template, r.target.address)
+    assert h.ok, f"cuTensorMapReplaceAddress returned {h.status_name} for {r.target.address:#x}"
+    if h.map_bytes != r.device:
+        d = ml.as_int(h.map_bytes) ^ ml.as_int(r.device)
+        pytest.fail(
+            f"[rule device-encode.replace-address] case {address_case.id}: "
+            f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
+            f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
+            f"{_bits_text(ctx, d)}; {_words_text(r.device, h.map_bytes, ml.words_of(d))}",
+            pytrace=False)
+
+
+def test_global_stride_operand_is_bytes(ctx, stride_case):
+    """The global_stride operand is in bytes: the device map must not look like a host
+    map of the stride times or divided by 16 (the triton#5408 class of bug)."""
+    from fixtures.encode import encode_tiled
+    r = ctx.result(stride_case)
+    assert r.device is not None and r.host is not None and r.device_status == st.OK, (
+        f"case {stride_case.id}: no device map ({st.describe(r.device_status)})")
+    key = stride_case.key
+    fp = ctx.layout.footprints.get(key, 0) & ctx.dev_fps.get(key, 0)
+    dv, hv = ml.as_int(r.device) & fp, ml.as_int(r.host) & fp
+    if dv == hv:
+        return
+    s = r.target.value(key)
+    hints = []
+    for name, alt in (("stride / 16", s // 16), ("stride * 16", s * 16)):
+        if alt and alt % 16 == 0 and alt < (1 << 40):
+            e = r.target.set(key, alt).encode(encode_tiled)
+            if e.ok and (ml.as_int(e.map_bytes) & fp) == dv:
+                hints.append(f"the device map holds what the host encodes for {name} = {alt}")
+    pytest.fail(f"[rule device-encode.global-stride-bytes] case {stride_case.id}: {STRIDE_BUG}. "
+                f"Stride {s} bytes: device bits {_bits_text(ctx, dv ^ hv)} differ from the host "
+                f"map. {'; '.join(hints) or 'not a factor-16 confusion'}", pytrace=False)
+
+
+def _by_variant(ctx, group):
+    out = {}
+    for c in ctx.fields:
+        if c.key.split("[")[0] != group or c.min_sm > ctx.sm:
+            continue
+        out.setdefault((c.key, c.value_id, c.source), []).append(c)
+    return out
+
+
+def test_styles_agree(ctx, style_group):
+    """Raw inline PTX, the cuda::ptx wrappers and the element_size alias produce the
+    same 128 bytes for the same program (seed 000: the wrappers "wrap the
+    tensormap.replace PTX instruction")."""
+    bad = []
+    for (key, vid, source), cs in _by_variant(ctx, style_group).items():
+        for space in de.SPACES:
+            maps = {c.style: ctx.result(c).device for c in cs if c.space == space}
+            ref = maps.get("raw")
+            for style, mb in maps.items():
+                if mb != ref:
+                    bad.append(f"{key}={vid} from {source} {space}: {style} != raw")
+    assert not bad, (f"[rule device-encode.styles] {len(bad)} programs give different maps by "
+                     f"writing style: " + "; ".join(bad[:10]))
+
+
+def test_spaces_agree(ctx, style_group):
+    """The same program on a map in shared memory (published with
+    tensormap.cp_fenceproxy) and in place in global memory (published with
+    fence.proxy.tensormap::generic.release) gives the same 128 bytes (seed 003:
+    ".ss = { .global, .shared::cta }")."""
+    bad = []
+    for (key, vid, source), cs in _by_variant(ctx, style_group).items():
+        for style in {c.style for c in cs}:
+            maps = {c.space: ctx.result(c).device for c in cs if c.style == style}
+            if maps.get("shared") != maps.get("global"):
+                bad.append(f"{key}={vid} from {source} {style}")
+    assert not bad, (f"[rule device-encode.spaces] {len(bad)} programs give different maps in "
+                     f"shared and global memory: " + "; ".join(bad[:10]))
+
+
+def _diff_summary(ctx):
+    """Every device-vs-host difference of the run by class and word."""
+    classes = ("strict", "derived", "inactive", "other", "ignored")
+    per = {k: {} for k in classes}
+    by_kind = {}
+    cases_with = {k: 0 for k in classes}
+    for c in list(ctx.fields) + list(ctx.wholes):
+        r = ctx.result(c)
+        if r.device is None or r.host is None or r.device_status != st.OK:
+            continue
+        d = de.classify(r.device, r.host, ctx.layout, ctx.writable, r.target.rank, r.target)
+        kind = c.template_kind
+        for k in classes:
+            m = getattr(d, k)
+            if m:
+                cases_with[k] += 1
+                for w, bits in ml.by_word(m).items():
+                    per[k][w] = per[k].get(w, 0) | bits
+                    by_kind.setdefault(f"{k}/{kind}", {}).setdefault(w, 0)
+                    by_kind[f"{k}/{kind}"][w] |= bits
+    return per, by_kind, cases_with
+
+
+def test_differing_bits_are_explained(ctx, request):
+    """Reports the bits where device maps and host maps still differ, by word and by
+    template kind, and why: FINDINGS.md saw word 8 (different box / dtype template)
+    and words 8 and 9 (from zeros). Fails when a difference is in a word FINDINGS did
+    not report, unless it is a field the target's rank does not have."""
+    per, by_kind, cases_with = _diff_summary(ctx)
+    lines = []
+    for k, words in per.items():
+        for w, bits in sorted(words.items()):
+            owners = ctx.layout.owner_of_bits(bits << (64 * w))
+            lines.append(f"{k}: w{w} 0x{bits:016x} owners {sorted(owners) or 'none'}")
+    summary = {"classes": {k: {f"w{w}": f"0x{b:016x}" for w, b in v.items()} for k, v in per.items()},
+               "by_template_kind": {k: {f"w{w}": f"0x{b:016x}" for w, b in v.items()}
+                                    for k, v in by_kind.items()},
+               "cases_with": cases_with}
+    _write_layout(ctx, request.config, summary)
+    if lines:
+        warnings.warn("device vs host maps differ (by class and word): " + " | ".join(lines))
+    unexplained = {w for k in ("derived", "other") for w in per[k] if w not in FINDINGS_WORDS}
+    assert not unexplained, (
+        f"[rule device-encode.remaining-bits] device and host maps differ in words "
+        f"{sorted(unexplained)}, which FINDINGS.md did not report (it saw {FINDINGS_WORDS}): "
+        + " | ".join(lines))
+
+
+def _write_layout(ctx, config, summary):
+    d = config.getoption("report_dir", default=None)
+    data = ctx.layout.to_json()
+    data["device_footprints"] = {k: ml.ranges(m) for k, m in ctx.dev_fps.items()}
+    data["host_only_bits"] = {k: ml.ranges(ctx.layout.footprints.get(k, 0) & ~ctx.dev_fps.get(k, 0))
+                              for k in ml.REPLACEABLE}
+    data["device_vs_host"] = summary
+    data["sm"] = ctx.sm
+    # Raw words 8 and 9 of host variants and of device/host pairs, to explain them.
+    samples = []
+    for v in ctx.layout.variants:
+        b = ml.as_int(ctx.layout.bases[v.base_index][1])
+        x = ml.as_int(v.map_bytes)
+        if (x ^ b) & (((1 << 128) - 1) << 512):
+            samples.append({"key": v.key, "base": v.base_index, "value": str(v.value),
+                            "w8": f"0x{ml.word(x, 8):016x}", "w9": f"0x{ml.word(x, 9):016x}",
+                            "base_w8": f"0x{ml.word(b, 8):016x}", "base_w9": f"0x{ml.word(b, 9):016x}"})
+    data["word89_host_variants"] = samples[:400]
+    pairs = []
+    for c in list(ctx.wholes)[:240]:
+        r = ctx.result(c)
+        if r.device is None or r.host is None:
+            continue
+        x, y = ml.as_int(r.device), ml.as_int(r.host)
+        pairs.append({"id": c.id, "params": ml._params_json(r.target),
+                      "device": [f"0x{ml.word(x, w):016x}" for w in range(16)],
+                      "host": [f"0x{ml.word(y, w):016x}" for w in range(16)],
+                      "template": None if r.template is None else
+                      [f"0x{ml.word(ml.as_int(r.template), w):016x}" for w in range(16)]})
+    data["whole_map_pairs"] = pairs
+    if d:
+        from fixtures.reporting import write_artifact
+        write_artifact(config, "map_layout.json", data)
+
+
+# --------------------------------------------------------------- toolchain
+@pytest.mark.parametrize("style", ["raw", "ptxwrap"])
+def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
+    """The same kernel file built by the installed nvcc gives the same maps as the
+    NVRTC build, case by case (every field case of the style)."""
+    if de.nvcc_path() is None:
+        pytest.skip("nvcc is not on PATH: the NVRTC build alone is checked")
+    from fixtures.launch import Module
+    try:
+        cubin = de.nvcc_build(de.KERNEL_SOURCE, gpu.arch, kernels.cache_dir)
+    except de.NvccError as exc:
+        pytest.fail(f"[rule device-encode.toolchain] nvcc could not build {de.KERNEL_SOURCE} for "
+                    f"{gpu.arch}, NVRTC could:\n{exc.log[-3000:]}", pytrace=False)
+    mod = Module.load(cubin, "device_encode.cu (nvcc)")
+    cs = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm
+          and ctx.result(c).device_status == st.OK]
+    base = ctx.batch.pool_base
+    items = [(ctx.result(c).template, de._resolved_ops(c, base), c.space, c.style) for c in cs]
+    got, _ = de.encode_on_device(mod, items)
+    bad = [c.id for c, (mb, code, _, _) in zip(cs, got) if mb != ctx.result(c).device]
+    assert not bad, (f"[rule device-encode.toolchain] nvcc and NVRTC builds of the same kernel "
+                     f"give different maps for {len(bad)} of {len(cs)} cases: {bad[:10]}")
+
+
+def test_builds_for_sm100a(kernels):
+    """Seed 003: .swizzle_atomicity and .elemtype 13..15 are supported on sm_100a: the
+    kernels build for sm_100a, with them (TMAC_DE_PROBE=1 forces the raw atomicity
+    op in, TMAC_DE_PROBE=2 the raw elemtype 13..15); the H200 cannot run them."""
+    for defines in (None, {"TMAC_DE_PROBE": 1}, {"TMAC_DE_PROBE": 2}):
+        try:
+            b = kernels.build(de.KERNEL_SOURCE, defines=defines, arch="sm_100a")
+        except build.BuildError as exc:
+            pytest.fail(f"[rule device-encode.toolchain] {de.KERNEL_SOURCE} {defines} does not "
+                        f"build for sm_100a:\n{exc.log[-3000:]}", pytrace=False)
+        assert b.cubin[:4] == b"\x7fELF"
+
+
+MISMATCHES = [
+    ("sm_90", None, "tensormap.replace", "seed 000: \"marked as specific to sm_90a\""),
+    ("sm_90a", {"TMAC_DE_PROBE": 1}, "swizzle_atomicity",
+     "seed 003: \"Qualifier .swizzle_atomicity is supported on following architectures: sm_100a\""),
+    ("sm_90a", {"TMAC_DE_PROBE": 2}, "elemtype",
+     "seed 003: \".elemtype corresponding to new_val values 13, 14 and 15 is supported on: sm_100a\""),
+    ("sm_90a", {"TMAC_DE_PROBE": 3}, "swizzle_mode",
+     "seed 003: \".swizzle_mode corresponding to new_val value 4 is supported on: sm_103a\""),
+    ("sm_100a", {"TMAC_DE_PROBE": 3}, "swizzle_mode",
+     "seed 003: \".swizzle_mode corresponding to new_val value 4 is supported on: sm_103a\""),
+]
+
+
+@pytest.mark.parametrize("arch,defines,word,rule", MISMATCHES,
+                         ids=["tensormap-on-sm_90", "atomicity-on-sm_90a", "elemtype13-on-sm_90a",
+                              "swizzle96-on-sm_90a", "swizzle96-on-sm_100a"])
+@pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
+def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word, rule):
+    """A tensormap.replace form the target does not have is a build error whose log
+    names it, not a crash and not a silently different kernel."""
+    if compiler == "nvrtc":
+        with pytest.raises(build.BuildError) as info:
+            kernels.build(de.KERNEL_SOURCE, defines=defines, arch=arch)
+        log = info.value.log
+    else:
+        if de.nvcc_path() is None:
+            pytest.skip("nvcc is not on PATH")
+        with pytest.raises(de.NvccError) as info:
+            de.nvcc_build(de.KERNEL_SOURCE, arch, kernels.cache_dir, defines)
+        log = info.value.log
+    assert "tensormap" in log and word in log, (
+        f"[rule device-encode.toolchain] {rule}: the {compiler} build for {arch} {defines} failed, "
+        f"but its log does not name {word!r}:\n{log[-2000:]}")
+
+
+def test_sm100a_cubin_is_refused_here(gpu, kernels):
+    """On a GPU below sm_100 the sm_100a build is refused at load time with a CUDA
+    error (a clear failure, not a crash)."""
+    from fixtures.launch import CudaError, Module
+    if gpu.sm >= 100:
+        pytest.skip(f"this GPU is sm_{gpu.sm}: the sm_100a build can run here")
+    b = kernels.build(de.KERNEL_SOURCE, arch="sm_100a")
+    with pytest.raises(CudaError) as info:
+        Module.load(b.cubin, "device_encode.cu (sm_100a)")
+    assert info.value.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",
+                               "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"), (
+        f"loading an sm_100a cubin on sm_{gpu.sm} failed with {info.value.name}")
