@@ -37,6 +37,7 @@ from fixtures import build, cuda_env
 from fixtures import device_encode as de
 from fixtures import map_layout as ml
 from fixtures import status as st
+from fixtures.batching import bucket
 from fixtures.isolation import run_isolated
 
 # Words FINDINGS.md saw differ between device and host maps on the H200:
@@ -54,7 +55,8 @@ def _level(config) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cases(level: str, sm: int):
-    return tuple(de.field_cases(level, sm)), tuple(de.whole_cases(level, sm))
+    return (tuple(de.field_cases(level, sm)), tuple(de.whole_cases(level, sm)),
+            tuple(de.tf32_flag_cases(sm)))
 
 
 def _collect_sm(config) -> int:
@@ -80,11 +82,13 @@ def _param(c, sm):
 
 def pytest_generate_tests(metafunc):
     level = _level(metafunc.config)
-    if not {"field_case", "whole_case", "address_case", "stride_case", "style_group",
-            "footprint_key"} & set(metafunc.fixturenames):
+    if not {"field_case", "whole_case", "tf32_case", "address_case", "stride_case",
+            "style_group", "footprint_key"} & set(metafunc.fixturenames):
         return
     sm = _collect_sm(metafunc.config)
-    fields, wholes = _cases(level, sm)
+    fields, wholes, tf32s = _cases(level, sm)
+    if "tf32_case" in metafunc.fixturenames:
+        metafunc.parametrize("tf32_case", [_param(c, sm) for c in tf32s])
     if "field_case" in metafunc.fixturenames:
         metafunc.parametrize("field_case", [_param(c, sm) for c in fields])
     if "whole_case" in metafunc.fixturenames:
@@ -104,6 +108,49 @@ def pytest_generate_tests(metafunc):
 
 
 # ----------------------------------------------------------------- fixture
+class Loads:
+    """The loads of the cases, run on demand per batch: the cases of one kind
+    (field / whole) and one bucket of fixtures.batching, which the xdist scheduler
+    keeps on one worker. A batch runs in the worker's isolated child process
+    (fixtures.isolation): a device map that makes TMA trap (sticky
+    CUDA_ERROR_ILLEGAL_INSTRUCTION) fails its own case, names the map it went
+    through, and the batch goes on after it in a fresh child."""
+
+    def __init__(self, level, sm, gpu, kernels, cases, selected):
+        self.level, self.sm, self.gpu, self.kernels = level, sm, gpu, kernels
+        self.batch_of, self.members = {}, {}
+        for c in cases:
+            if not c.loads or c.min_sm > sm or (selected is not None and c.id not in selected):
+                continue
+            key = (c.kind, bucket(c.id))
+            self.batch_of[c.id] = key
+            self.members.setdefault(key, []).append(c.id)
+        self.loads: dict = {}
+        self.why: dict = {}
+        self.done: set = set()
+        self.children = 0
+
+    def _call(self, ids):
+        self.children += 1
+        return run_isolated("fixtures.device_encode:isolated_loads", self.level, self.sm,
+                            self.gpu.arch, str(self.kernels.cache_dir), ids,
+                            device=self.gpu.ordinal, timeout=240)
+
+    def of(self, case) -> tuple[list | None, str]:
+        """(the case's LoadRuns, "") or (None, why they are missing)."""
+        key = self.batch_of.get(case.id)
+        if key is None:
+            return None, "no loads planned for this case"
+        if key not in self.done:
+            loads, why = de.loads_with_recovery(self.members[key], self._call)
+            self.loads.update(loads)
+            self.why.update(why)
+            self.done.add(key)
+        if case.id in self.why:
+            return None, self.why[case.id]
+        return self.loads.get(case.id), ""
+
+
 @dataclass
 class Ctx:
     sm: int
@@ -115,6 +162,7 @@ class Ctx:
     module: object
     fields: tuple
     wholes: tuple
+    loads: Loads
 
     def result(self, case) -> de.CaseResult:
         return self.batch.results[case.id]
@@ -133,37 +181,17 @@ def ctx(request, gpu, kernels) -> Ctx:
     writable = 0
     for m in dev_fps.values():
         writable |= m
-    fields, wholes = _cases(level, _collect_sm(request.config))
-    # The batch (encodes + loads) runs in a child process: a trapping load (sticky
-    # CUDA_ERROR_ILLEGAL_INSTRUCTION) becomes a result instead of killing the worker.
     sm = _collect_sm(request.config)
-
-    def probe(load_ids):
-        o = run_isolated("fixtures.device_encode:isolated_run", level, sm, gpu.arch,
-                         str(kernels.cache_dir), load_ids, device=gpu.ordinal, timeout=240)
-        return o.value if o.kind == "returned" else None
-
-    out = run_isolated("fixtures.device_encode:isolated_run", level, sm, gpu.arch,
-                       str(kernels.cache_dir), device=gpu.ordinal, timeout=240)
-    if out.kind == "returned":
-        results, base, launches = out.value
-        batch = de.Batch(results, de.pool_host(), base, launches)
-    else:
-        # A load trapped (sticky): bisect the loads in fresh children to name the cases,
-        # keep the loads of the clean halves.
-        batch = de.run(module, list(fields) + list(wholes), sm=gpu.sm, do_loads=False)
-        ids = [c.id for c in list(fields) + list(wholes) if c.loads and c.min_sm <= gpu.sm]
-        payloads, trapped, left = de.bisect_traps(ids, probe, max_calls=48)
-        for res, _, _ in payloads:
-            for cid, r in res.items():
-                if r.loads:
-                    batch.results[cid].loads = r.loads
-        for cid in trapped:
-            batch.trapped[cid] = (f"a load through this case's maps trapped the context "
-                                  f"({out.error}; found by bisection in child processes)")
-        for cid in left:
-            batch.trapped[cid] = f"loads not run: the bisection of a trapping batch ran out ({out})"
-    c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes)
+    fields, wholes, tf32s = _cases(level, sm)
+    everything = list(fields) + list(wholes) + list(tf32s)
+    # Every map is encoded here, in one launch per kernel (encoding does not trap); the
+    # loads, which can, run per batch in the isolated child (Loads).
+    batch = de.encode_all(module, everything, sm=gpu.sm)
+    selected = {item.callspec.params[n].id for item in request.session.items
+                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
+                for n in ("field_case", "whole_case", "tf32_case") if n in item.callspec.params}
+    loads = Loads(level, sm, gpu, kernels, everything, selected)
+    c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
     yield c
     del anchor
 
@@ -227,14 +255,15 @@ def _check_map(ctx: Ctx, case) -> list[str]:
 def _check_loads(ctx: Ctx, case) -> list[str]:
     from fixtures import tma_model
     r = ctx.result(case)
-    errs = []
     if not case.loads or r.device_status != st.OK or r.host is None:
-        return errs
-    if case.id in ctx.batch.trapped:
-        return [f"[rule device-encode.load] {ctx.batch.trapped[case.id]}"]
-    if len(r.loads) != len(case.loads):
-        return [f"[rule device-encode.load] {len(r.loads)} of {len(case.loads)} loads ran"]
-    for lr in r.loads:
+        return []
+    errs = []
+    runs, why = ctx.loads.of(case)
+    if runs is None:
+        return [f"[rule device-encode.load] {why}"]
+    if len(runs) != len(case.loads):
+        return [f"[rule device-encode.load] {len(runs)} of {len(case.loads)} loads ran"]
+    for lr in runs:
         where = f"load at {list(lr.coords)}"
         if lr.device_status != st.OK or lr.host_status != st.OK:
             errs.append(f"[rule device-encode.load] {where}: device map {st.describe(lr.device_status)}, "
@@ -336,6 +365,13 @@ def test_whole_map(ctx, whole_case):
     kernel), from zeros or a template with the same box or another box / data type /
     swizzle / rank, against cuTensorMapEncodeTiled and by loads."""
     _fail(whole_case, _check_map(ctx, whole_case) + _check_loads(ctx, whole_case))
+
+
+def test_elemtype_replace_from_tf32_template(ctx, tf32_case):
+    """Replacing the element type of a TFLOAT32 / TFLOAT32_FTZ template (seed 000's
+    template path) gives the host map of the new type: every elemtype bit the driver
+    writes, including the flag it sets only for the TF32 types, and the same loads."""
+    _fail(tf32_case, _check_map(ctx, tf32_case) + _check_loads(ctx, tf32_case))
 
 
 def test_replace_address_matches_driver(ctx, address_case):

@@ -13,12 +13,14 @@ child process (fixtures.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from fixtures import status as st
 from fixtures import tma_cases, tma_model
-from fixtures.enums import short
+from fixtures.enums import DataType, Interleave, OobFill, Swizzle, short
 from fixtures.batching import bucket
 from fixtures.isolation import run_isolated
 from fixtures.tma_probes import run_batch
@@ -198,3 +200,42 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     assert out.error == tma_model.TRAP_ERROR, (
         f"{trap_case.id}: trapped with {out.error}, the model (FINDINGS.md) says "
         f"{tma_model.TRAP_ERROR}")
+
+
+# Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank
+# dimensions, must be non-zero and less than or equal to 2^32." Maps far larger than
+# the memory behind them (TMA reads only the box), loaded at the origin. The 2^31
+# cases are the controls; the ones beyond 2^31 are known to trap on the H200
+# (known_issues.toml LOAD-GDIM-ABOVE-2-31).
+_BIG = [
+    ("u8-r1-dim0=2^31", DataType.UINT8, (1 << 31,), (), (32,)),
+    ("u8-r1-dim0=2^31+16-beyond-2^31", DataType.UINT8, ((1 << 31) + 16,), (), (32,)),
+    ("u8-r1-dim0=2^32-beyond-2^31", DataType.UINT8, (1 << 32,), (), (32,)),
+    ("u32-r1-dim0=2^32-beyond-2^31", DataType.UINT32, (1 << 32,), (), (8,)),
+    ("u8-r2-dim1=2^31", DataType.UINT8, (48, 1 << 31), (48,), (32, 2)),
+    ("u8-r2-dim1=2^32-beyond-2^31", DataType.UINT8, (48, 1 << 32), (48,), (32, 2)),
+]
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("case_id,dtype,dims,strides,box", _BIG, ids=[b[0] for b in _BIG])
+def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
+    """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
+    the model's tile. Runs alone in a child process, since a trap kills the context."""
+    from fixtures import device_encode as de
+    out = run_isolated("fixtures.tma_probes:large_dim_target", int(dtype), dims, strides, box,
+                       gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
+    rule = ("[rule tma-load.global-dim-range] seed 004: \"globalDim array, which specifies "
+            "tensor size of each of the tensorRank dimensions, must be non-zero and less than "
+            "or equal to 2^32.\"")
+    assert out.kind == "returned", (
+        f"{rule} {case_id}: dims {list(dims)}: the load through the host-encoded map failed: "
+        f"{out}{' (a trap: the sticky error killed the context)' if out.poisoned else ''}")
+    v = out.value
+    assert v["encode"] == "CUDA_SUCCESS", f"{rule} {case_id}: encode returned {v['encode']}"
+    assert v["status"] == st.OK, f"{rule} {case_id}: load status {st.describe(v['status'])}"
+    p = tma_model.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
+                            Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
+    want = tma_model.load(p, de.pool_host(), 0).data
+    assert v["image"] == want, _mismatch_message(SimpleNamespace(id=case_id, load=p),
+                                                 v["image"], want)

@@ -136,19 +136,47 @@ def test_atomicity_is_a_build_error_on_sm90a(tmp_path):
                              cache_dir=tmp_path)
 
 
-def test_bisect_traps_names_the_trapping_ids():
-    bad = {7, 23}
+class _Out:
+    def __init__(self, value, kind="returned"):
+        self.value, self.kind = value, kind
+
+    def __str__(self):
+        return self.kind
+
+
+def _fake_child(bad, calls):
+    """An isolated_loads stand-in: runs ids in order, stops at the first bad one."""
+    def call(ids):
+        calls.append(list(ids))
+        loads = {}
+        for i in ids:
+            if i in bad:
+                return _Out({"loads": loads, "trap": de.Trap(i, bad[i], "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+                             "base": 0}, "cuda_error")
+            loads[i] = [f"run-{i}"]
+        return _Out({"loads": loads, "trap": None, "base": 0})
+    return call
+
+
+def test_loads_with_recovery_names_each_trap_and_keeps_the_rest():
+    ids = [f"c{i}" for i in range(10)]
     calls = []
+    loads, why = de.loads_with_recovery(ids, _fake_child({"c2": "device", "c7": "host"}, calls))
+    assert len(calls) == 3 and calls[1][0] == "c3" and calls[2][0] == "c8"
+    assert set(why) == {"c2", "c7"}
+    assert "DEVICE-encoded map trapped" in why["c2"] and "HOST map" in why["c7"]
+    assert set(loads) == set(ids) - {"c2", "c7"}
 
-    def probe(ids):
-        calls.append(len(ids))
-        return None if bad & set(ids) else list(ids)
 
-    payloads, trapped, left = de.bisect_traps(list(range(40)), probe, max_calls=60)
-    assert sorted(trapped) == [7, 23] and not left
-    assert sorted(i for p in payloads for i in p) == [i for i in range(40) if i not in bad]
-    _, trapped, left = de.bisect_traps(list(range(40)), probe, max_calls=3)
-    assert left and not trapped
+def test_loads_with_recovery_gives_up_loudly():
+    ids = [f"c{i}" for i in range(10)]
+    loads, why = de.loads_with_recovery(ids, _fake_child({i: "device" for i in ids}, []),
+                                        max_traps=3)
+    assert set(why) == set(ids) and not loads
+    assert all("trapped" in why[i] for i in ids[:3])
+    assert all("given up" in why[i] for i in ids[3:])
+    loads, why = de.loads_with_recovery(ids, lambda i: _Out(None, "crashed"))
+    assert set(why) == set(ids) and all("crashed" in w for w in why.values())
 
 
 def test_box0_values_have_valid_host_geometry(cases):
