@@ -68,6 +68,36 @@ __device__ inline void tma_load(int rank, void* dst, const void* map, const s32*
   }
 }
 
+// The load of one block: thread 0 issues it and tells the barrier to expect
+// `tx_bytes`; every thread waits with the bound. Returns false on timeout.
+// The barrier must be initialised (init_barrier) and published (__syncthreads()).
+__device__ inline bool load_and_wait(int rank, void* dst, const void* map, const s32* c,
+                                     u64* bar, u32 tx_bytes, u64 timeout_ns) {
+  if (threadIdx.x == 0) {
+    tma_load(rank, dst, map, c, bar);
+    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, bar,
+                                   tx_bytes);
+  }
+  return bounded_wait(bar, 0, timeout_ns);
+}
+
+// Before a load through a map in global memory: poison the `n` shared bytes at
+// `smem` that will be copied out (ordered before the async-proxy writes of TMA),
+// then thread 0 acquires the map in the tensor-map proxy (seed 001: "the thread
+// that uses the tensor map and the thread that performs the fence must be in the
+// same block"; .gpu suffices on the same device) and initialises the barrier.
+__device__ inline void prepare_global_map_load(unsigned char* smem, u32 n, unsigned char poison,
+                                               const TensorMap* map, u64* bar) {
+  for (u32 i = threadIdx.x; i < n; i += blockDim.x) smem[i] = poison;
+  ptx::fence_proxy_async(ptx::space_shared);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::fence_proxy_tensormap_generic(ptx::sem_acquire, ptx::scope_gpu, map, ptx::n32_t<128>{});
+    init_barrier(bar);
+  }
+  __syncthreads();
+}
+
 // Copy `n` bytes from shared to global memory with every thread of the block.
 __device__ inline void copy_out(unsigned char* out, const unsigned char* src, u32 n) {
   for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] = src[i];

@@ -354,21 +354,8 @@ device_map_load(const tmac::TensorMap* maps, const tmac::s32* params, unsigned c
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }
-  for (tmac::u32 i = threadIdx.x; i < copy_bytes; i += blockDim.x) dst[i] = 0xA5;
-  tmac::ptx::fence_proxy_async(tmac::ptx::space_shared);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tmac::ptx::fence_proxy_tensormap_generic(tmac::ptx::sem_acquire, tmac::ptx::scope_gpu,
-                                             map, tmac::ptx::n32_t<128>{});
-    tmac::init_barrier(&bar);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tmac::tma_load(rank, dst, map, p + 2, &bar);
-    tmac::ptx::mbarrier_arrive_expect_tx(tmac::ptx::sem_release, tmac::ptx::scope_cta,
-                                         tmac::ptx::space_shared, &bar, tx_bytes);
-  }
-  const bool done = tmac::bounded_wait(&bar, 0, timeout_ns);
+  tmac::prepare_global_map_load(dst, copy_bytes, 0xA5, map, &bar);
+  const bool done = tmac::load_and_wait(rank, dst, map, p + 2, &bar, tx_bytes, timeout_ns);
   __syncthreads();
   tmac::copy_out(out + out_offset, dst, copy_bytes);
   if (threadIdx.x == 0) status[b] = done ? tmac::STATUS_OK : tmac::STATUS_TIMEOUT;

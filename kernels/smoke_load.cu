@@ -16,12 +16,8 @@ extern "C" __global__ void smoke_load(const __grid_constant__ tmac::TensorMap ma
   const int b = blockIdx.x;
   if (threadIdx.x == 0) tmac::init_barrier(&bar);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    tmac::tma_load(rank, tile, &map, coords + b * rank, &bar);
-    tmac::ptx::mbarrier_arrive_expect_tx(tmac::ptx::sem_release, tmac::ptx::scope_cta,
-                                         tmac::ptx::space_shared, &bar, expect_bytes);
-  }
-  const bool done = tmac::bounded_wait(&bar, 0, timeout_ns);
+  const bool done = tmac::load_and_wait(rank, tile, &map, coords + b * rank, &bar, expect_bytes,
+                                        timeout_ns);
   if (!done) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_TIMEOUT;
     return;

@@ -43,24 +43,10 @@ tma_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsigned ch
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }
-  // Poison what will be copied out; order these generic-proxy writes before the
-  // async-proxy (TMA) writes.
-  for (tmac::u32 i = threadIdx.x; i < smem_offset + copy_bytes; i += blockDim.x)
-    base[i] = TMA_SMEM_POISON;
-  tmac::ptx::fence_proxy_async(tmac::ptx::space_shared);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tmac::ptx::fence_proxy_tensormap_generic(tmac::ptx::sem_acquire, tmac::ptx::scope_gpu,
-                                             map, tmac::ptx::n32_t<128>{});
-    tmac::init_barrier(&bar);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    tmac::tma_load(rank, dst, map, p, &bar);
-    tmac::ptx::mbarrier_arrive_expect_tx(tmac::ptx::sem_release, tmac::ptx::scope_cta,
-                                         tmac::ptx::space_shared, &bar, tx_bytes);
-  }
-  const bool done = tmac::bounded_wait(&bar, 0, timeout_ns);
+  // Poison what will be copied out (from the aligned base: the bytes before an
+  // offset destination too), acquire the map, initialise the barrier.
+  tmac::prepare_global_map_load(base, smem_offset + copy_bytes, TMA_SMEM_POISON, map, &bar);
+  const bool done = tmac::load_and_wait(rank, dst, map, p, &bar, tx_bytes, timeout_ns);
   __syncthreads();
   // Copied out even after a timeout: the bytes tell what the load did.
   tmac::copy_out(out + out_offset, dst, copy_bytes);
