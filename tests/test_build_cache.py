@@ -111,3 +111,11 @@ def test_cccl_env_override(monkeypatch, tmp_path):
     found = cccl.find()
     assert found.source == "env" and found.version.count(".") == 2
     cccl.find.cache_clear()
+
+
+def test_precompile_list_names_every_suite_kernel():
+    """The controller's background build (fixtures.plugin.PRECOMPILE) covers every
+    kernel source but the one that exists to fail on plain sm_90."""
+    from fixtures import plugin
+    sources = {p.name for p in build.KERNEL_DIR.glob("*.cu")} - {"replace_sm90a_only.cu"}
+    assert set(plugin.PRECOMPILE) == sources
