@@ -116,9 +116,10 @@ class Loads:
     CUDA_ERROR_ILLEGAL_INSTRUCTION) fails its own case, names the map it went
     through, and the batch goes on after it in a fresh child."""
 
-    def __init__(self, level, sm, gpu, kernels, cases, selected):
-        self.level, self.sm, self.gpu, self.kernels = level, sm, gpu, kernels
+    def __init__(self, sm, gpu, kernels, cases, selected):
+        self.sm, self.gpu, self.kernels = sm, gpu, kernels
         self.batch_of, self.members = {}, {}
+        self.case_of = {c.id: c for c in cases}
         for c in cases:
             if not c.loads or c.min_sm > sm or (selected is not None and c.id not in selected):
                 continue
@@ -132,8 +133,8 @@ class Loads:
 
     def _call(self, ids):
         self.children += 1
-        return run_isolated("fixtures.device_encode:isolated_loads", self.level, self.sm,
-                            self.gpu.arch, str(self.kernels.cache_dir), ids,
+        return run_isolated("fixtures.device_encode:isolated_loads", self.sm, self.gpu.arch,
+                            str(self.kernels.cache_dir), [self.case_of[i] for i in ids],
                             device=self.gpu.ordinal, timeout=240)
 
     def of(self, case) -> tuple[list | None, str]:
@@ -190,7 +191,7 @@ def ctx(request, gpu, kernels) -> Ctx:
     selected = {item.callspec.params[n].id for item in request.session.items
                 if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
                 for n in ("field_case", "whole_case", "tf32_case") if n in item.callspec.params}
-    loads = Loads(level, sm, gpu, kernels, everything, selected)
+    loads = Loads(sm, gpu, kernels, everything, selected)
     c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
     yield c
     del anchor
