@@ -101,6 +101,13 @@ id = "KI-6"
 pattern = "test_other_file.py::x"
 reason = "another file, not collected here"
 evidence = "x"
+
+[[issue]]
+id = "KI-7"
+pattern = "test_tiny.py::test_only_in_the_full_sweep"
+reason = "a case of the full sweep; this run is the standard one"
+evidence = "x"
+sweeps = ["full"]
 '''
 
 EXPECTED = {
@@ -242,7 +249,8 @@ def test_unmatched_entry_is_warned_once(xdist_run):
     text = cp.stdout
     assert "known issue KI-4" in text and "matches no collected test" in text
     assert text.count("known issue KI-4 (") == 1
-    assert "KI-6" not in text.split("warnings summary")[-1].split("tmac conformance")[0]
+    warned = text.split("warnings summary")[-1].split("tmac conformance")[0]
+    assert "KI-6" not in warned and "KI-7" not in warned
 
 
 def test_matrix_lists_known_issues_and_failures(xdist_run):

@@ -26,6 +26,7 @@ driver_min = 12080
 driver_max = 13000
 compute_capability = ["9.0", "10.0"]
 arch = ["sm_90a"]
+sweeps = ["full"]
 '''
 
 
@@ -34,8 +35,8 @@ def test_good_file(tmp_path):
     p.write_text(GOOD)
     a, b = load(p)
     assert (a.id, a.mode, a.driver_min, a.compute_capability) == ("KI-1", "xfail", None, ())
-    assert (b.mode, b.driver_min, b.driver_max, b.compute_capability, b.arch) == \
-        ("skip", 12080, 13000, ("9.0", "10.0"), ("sm_90a",))
+    assert (b.mode, b.driver_min, b.driver_max, b.compute_capability, b.arch, b.sweeps) == \
+        ("skip", 12080, 13000, ("9.0", "10.0"), ("sm_90a",), ("full",))
     assert a.marker_reason == ("known-issue KI-1: rank 1 with an empty globalStrides list is rejected "
                                "[evidence: FINDINGS.md: measured on 580 / H200]")
 
@@ -83,6 +84,7 @@ HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidenc
     ("schema = 2\n", "schema = 2 is not supported"),
     ('schema = "1"\n', "is not supported"),
     ("schema = 1\nextra = 3\n", "unknown top-level key"),
+    (HEAD + 'sweeps = ["huge"]\n', "'sweeps' must be a list of"),
     ("schema = 1\nissue = 3\n", "array of tables"),
     ('schema = 1\n[[issue]]\nid = "a"\npattern = "x"\nreason = "r"\n', "missing required key 'evidence'"),
     ('schema = 1\n[[issue]]\nid = "a"\npattern = "x"\nreason = ""\nevidence = "e"\n', "'reason' must be a non-empty"),
