@@ -120,11 +120,10 @@ struct Smem {
   u32 flag_ok;
 };
 
-// All threads of the block. Thread 0 issues `nloads` loads through `map` (already
-// acquired by this block), every thread waits (bounded) and checks against version v.
-// Writes seen[j] / bad[j]. Returns false on a timeout (recorded as SEEN_TMA_TIMEOUT).
-__device__ bool load_check(const void* map, const Version& v, u32 nloads, u32* tiles, Smem& s,
-                           u64 timeout_ns, u32* seen, u32* bad) {
+// Thread 0 issues `nloads` loads of version v's boxes through `map` (already acquired
+// by this block) into `tiles`, completing on s.bar.
+__device__ inline void issue_loads(const void* map, const Version& v, u32 nloads, u32* tiles,
+                                   Smem& s) {
   if (threadIdx.x == 0) {
     for (u32 j = 0; j < nloads; ++j) {
       s.bad[j] = 0;
@@ -134,6 +133,14 @@ __device__ bool load_check(const void* map, const Version& v, u32 nloads, u32* t
     ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &s.bar,
                                    nloads * BOX_BYTES);
   }
+}
+
+// All threads of the block: wait (bounded) for the loads issue_loads started and check
+// them against version v. Writes seen[j] / bad[j]. Returns false on a timeout (recorded
+// as SEEN_TMA_TIMEOUT). Ends with the proxy fence that lets TMA write the tiles again;
+// the caller synchronizes the block before the next issue_loads.
+__device__ bool check_loads(const Version& v, u32 nloads, u32* tiles, Smem& s, u64 timeout_ns,
+                            u32* seen, u32* bad) {
   const u32 parity = s.phase & 1u;
   const bool done = bounded_wait(&s.bar, parity, timeout_ns);
   if (__syncthreads_or(!done)) {
@@ -158,6 +165,14 @@ __device__ bool load_check(const void* map, const Version& v, u32 nloads, u32* t
   }
   // The tiles are read by the generic proxy; the next TMA writes them (async proxy).
   ptx::fence_proxy_async(ptx::space_shared);
+  return true;
+}
+
+// issue_loads + check_loads, then the block synchronizes.
+__device__ bool load_check(const void* map, const Version& v, u32 nloads, u32* tiles, Smem& s,
+                           u64 timeout_ns, u32* seen, u32* bad) {
+  issue_loads(map, v, nloads, tiles, s);
+  if (!check_loads(v, nloads, tiles, s, timeout_ns, seen, bad)) return false;
   __syncthreads();
   return true;
 }
@@ -316,42 +331,14 @@ __device__ void in_flight(const TensorMap& tmpl, TensorMap* maps, const Version*
     __syncthreads();
     const Version v = table[sched[i * nb + b]];
     const size_t k = (static_cast<size_t>(i) * nb + b) * nloads;
-    if (threadIdx.x == 0) {
-      for (u32 j = 0; j < nloads; ++j) {
-        s.bad[j] = 0;
-        const s32 c[2] = {static_cast<s32>(v.x), static_cast<s32>(v.y - BOX_H * j)};
-        tma_load(2, tiles + j * BOX_ELEMS, maps + b, c, &s.bar);
-      }
-      ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared,
-                                     &s.bar, nloads * BOX_BYTES);
-    }
+    issue_loads(maps + b, v, nloads, tiles, s);
     // Loads in flight: prepare the next version in shared memory (not the global map).
     const bool more = i + 1 < iters;
     if (more && threadIdx.x == 32) encode_in_smem(&s.map[1], tmpl, table[sched[(i + 1) * nb + b]]);
-    const bool done = bounded_wait(&s.bar, s.phase & 1u, timeout_ns);
-    if (__syncthreads_or(!done)) {
-      if (threadIdx.x == 0) {
-        for (u32 j = 0; j < nloads; ++j) { seen[k + j] = SEEN_TMA_TIMEOUT; bad[k + j] = BOX_ELEMS; }
-        status[b] = STATUS_TIMEOUT;
-      }
+    if (!check_loads(v, nloads, tiles, s, timeout_ns, seen + k, bad + k)) {
+      if (threadIdx.x == 0) status[b] = STATUS_TIMEOUT;
       return;
     }
-    for (u32 e2 = threadIdx.x; e2 < nloads * BOX_ELEMS; e2 += blockDim.x) {
-      const u32 j = e2 / BOX_ELEMS, e = e2 % BOX_ELEMS;
-      const u32 gx = v.x + e % BOX_W, gy = v.y - BOX_H * j + e / BOX_W;
-      const u32 want = (gx < v.w && gy < v.h) ? ((v.tag << 20) | (gy << 10) | gx) : 0u;
-      if (tiles[e2] != want) atomicAdd(&s.bad[j], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (u32 j = 0; j < nloads; ++j) {
-        const u32 t = tiles[j * BOX_ELEMS];
-        seen[k + j] = t ? (t >> 20) : SEEN_ZERO;
-        bad[k + j] = s.bad[j];
-      }
-      s.phase += 1;
-    }
-    ptx::fence_proxy_async(ptx::space_shared);
     // The loads through maps[b] completed: now the global map may change.
     if (more && threadIdx.x >= 32 && threadIdx.x < 64) {
       __syncwarp();
