@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import axes
 from .fingerprint import props_of, summary_rows
-from .model import FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run
+from .model import FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run, run_verdict
 from .render import (STATE_HEADERS, Cell, Document, Section, Table, link_cell, state_counts_row,
                      to_html, to_markdown)
 
@@ -25,21 +25,8 @@ def _first_line(s: str, n: int = 400) -> str:
 
 
 def verdict(run: Run) -> tuple[str, str]:
-    c = run.counts()
-    bad = c[FAILED] + c[NOBUILD]
-    total = sum(c.values())
-    if total == 0:
-        return "NO CASES RAN", "warn"
-    if bad:
-        return f"FAIL: {c[FAILED]} failed, {c[NOBUILD]} could not build (of {total})", "bad"
-    extra = []
-    if c[KNOWN]:
-        extra.append(f"{c[KNOWN]} known issues")
-    if c[SKIPPED]:
-        extra.append(f"{c[SKIPPED]} skipped")
-    if c["passed"] == 0:
-        return "NOTHING PASSED: " + ", ".join(extra), "warn"
-    return f"PASS: {c['passed']} passed" + (f" ({', '.join(extra)})" if extra else ""), "ok"
+    v = run_verdict(run)
+    return v.text, v.css
 
 
 def document(run: Run) -> Document:

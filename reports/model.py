@@ -154,6 +154,72 @@ class CaseResult:
         return {k: v for k, v in d.items() if v not in (None, "")}
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What a run says about the node, first line of the matrix and the terminal summary.
+
+    ``status`` is one of ``VERDICTS``; only ``PASS`` qualifies a node."""
+    status: str
+    text: str
+    css: str          # ok | warn | bad (render classes)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASS"
+
+
+VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPLETE",
+            "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED")
+EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
+
+
+def run_verdict(run: "Run") -> Verdict:
+    """The one verdict of a run, worst first: an interrupted, timed-out, incomplete or
+    crashed run is never PASS; a run in which no GPU case could run (no usable GPU) is
+    NOT MEASURED, never PASS; failures and could-not-build make it FAIL."""
+    c = run.counts()
+    total = sum(c.values())
+    bad = c[FAILED] + c[NOBUILD]
+    meta = run.meta or {}
+    end = meta.get("end") or {}
+    missing = int(meta.get("not_reported") or 0)
+    tally = f"{c[PASSED]} passed, {bad} failed or could not build, {total} cases reported"
+    if missing:
+        tally += f", {missing} never reported"
+    status = meta.get("exitstatus")
+    if end.get("kind") == "timed-out":
+        return Verdict("TIMED OUT", f"TIMED OUT: {end.get('why', '')} ({tally})", "bad")
+    if end.get("kind") == "interrupted" or status == EXIT_INTERRUPTED:
+        why = end.get("why") or "the run was interrupted"
+        return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
+    if status == EXIT_INTERNAL:
+        return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")
+    if total == 0:
+        return Verdict("NO CASES RAN", "NO CASES RAN", "bad")
+    if missing:
+        return Verdict("INCOMPLETE", f"INCOMPLETE: {missing} collected case(s) never reported a "
+                       f"result ({tally})", "bad")
+    if bad:
+        return Verdict("FAIL", f"FAIL: {c[FAILED]} failed, {c[NOBUILD]} could not build "
+                       f"(of {total})", "bad")
+    extra = []
+    if c[KNOWN]:
+        extra.append(f"{c[KNOWN]} known issues")
+    if c[SKIPPED]:
+        extra.append(f"{c[SKIPPED]} skipped")
+    no_gpu = [r for r in run.cases.values() if r.state == SKIPPED and r.skip_kind == "no-gpu"]
+    gpu = meta.get("gpu") or {}
+    if no_gpu or gpu.get("usable") == 0:
+        why = gpu.get("reason") or (no_gpu[0].message if no_gpu else "")
+        return Verdict("NOT MEASURED", f"NOT MEASURED: no usable GPU ({why}): the GPU cases did "
+                       f"not run; {c[PASSED]} host-side cases passed"
+                       + (f" ({', '.join(extra)})" if extra else ""), "warn")
+    if c[PASSED] == 0:
+        return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")
+    return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else ""),
+                   "ok")
+
+
 def worse(a: CaseResult | None, b: CaseResult) -> CaseResult:
     if a is None or _SEVERITY[b.state] > _SEVERITY[a.state]:
         if a is not None:
