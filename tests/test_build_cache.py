@@ -119,3 +119,23 @@ def test_precompile_list_names_every_suite_kernel():
     from fixtures import plugin
     sources = {p.name for p in build.KERNEL_DIR.glob("*.cu")} - {"replace_sm90a_only.cu"}
     assert set(plugin.PRECOMPILE) == sources
+
+
+def test_cold_compile_leaves_shared_bytes_intact(kdir, tmp_path):
+    """NVRTC writes its log into the buffer it is given. A compile with an empty log
+    (a log of one NUL byte) into ``b" " * 1``, CPython's shared one-byte object, made
+    ``b" "`` read ``b"\\x00"`` for the rest of the process. In a fresh interpreter, a
+    cold compile must leave it alone."""
+    import subprocess
+    import sys
+    code = (
+        "import sys; from fixtures import build\n"
+        f"b = build.compile_kernel('k.cu', arch='sm_90a', defines={{'VALUE': 3}}, "
+        f"cache_dir={str(tmp_path / 'cold')!r}, kernel_dir=__import__('pathlib').Path({str(kdir)!r}))\n"
+        "assert not b.cache_hit and b.log == '', (b.cache_hit, b.log)\n"
+        "seen = [bytes([32]), ' '.encode(), b' ' * 1]\n"
+        "print([repr(x) for x in seen])\n"
+        "sys.exit(0 if all(x[0] == 32 and repr(x) == \"b' '\" for x in seen) else 1)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=build.KERNEL_DIR.parent,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"b' ' after a cold compile: {r.stdout} {r.stderr[-2000:]}"
