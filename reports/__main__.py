@@ -1,7 +1,8 @@
 """``python -m reports {matrix,diff,merge,bench}``; see README.md.
 
-Exit status: 0 success (diff: no regression; merge: all nodes alike, no failures),
-1 diff found a regression / merge flagged a node, 2 unreadable input or bad usage.
+Exit status: 0 success (diff: nothing got worse; merge: all nodes alike and passing),
+1 diff found a regression not accepted / merge flagged a node or a node does not pass,
+2 unreadable input, output that cannot be written, or bad usage.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from . import merge as merge_mod
 from .model import ReportInputError, load_run
 
 
+class OutputError(Exception):
+    """An output file that cannot be written (exit status 2)."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 too; keep the message short and clear
         self.print_usage(sys.stderr)
@@ -25,9 +30,39 @@ class _Parser(argparse.ArgumentParser):
 def _write(path: str, text: str) -> None:
     if path == "-":
         sys.stdout.write(text)
-    else:
+        return
+    try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _accept(text: str) -> list[str]:
+    """``--accept vanished,skipped`` -> the class names, each checked."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if c not in diff_mod.CLASSES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown class {', '.join(bad) or repr(text)} "
+                                         f"(one of: {', '.join(diff_mod.CLASSES)})")
+    return names
+
+
+DIFF_EPILOG = """\
+regression classes (each loss of verdict, OLD -> NEW):
+  failed            now failed and was not (from passed, skipped, known issue,
+                    could not build), or a new case that failed
+  could-not-build   likewise, into could not build
+  known-issue       passed -> known issue
+  skipped           passed or known issue -> skipped (coverage lost)
+  vanished          a case in OLD that is not in NEW
+  collection-error  a suite file that no longer collects (its cases vanish too)
+
+exit status:
+  0  nothing got worse, or every regression is in an --accept'ed class
+  1  a regression in a class not accepted
+  2  unreadable input, --json / --markdown not writable, or bad usage
+"""
 
 
 def cmd_matrix(a) -> int:
@@ -41,15 +76,16 @@ def cmd_matrix(a) -> int:
 def cmd_diff(a) -> int:
     old, new = load_run(a.old), load_run(a.new)
     d = diff_mod.diff_runs(old, new)
-    md = diff_mod.to_markdown_text(d, a.strict)
-    js = diff_mod.to_json_text(d, a.strict)
+    accept = {c for group in a.accept for c in group}
+    md = diff_mod.to_markdown_text(d, accept)
+    js = diff_mod.to_json_text(d, accept)
     if a.markdown:
         _write(a.markdown, md)
     if a.json:
         _write(a.json, js)
     if "-" not in (a.markdown, a.json):
         sys.stdout.write(js if a.format == "json" else md)
-    return diff_mod.exit_status(d, a.strict)
+    return diff_mod.exit_status(d, accept)
 
 
 def cmd_merge(a) -> int:
@@ -75,14 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("run", help="run folder, results.json or JUnit XML")
     m.add_argument("--out", help="folder to write into (default: the run folder)")
     m.set_defaults(fn=cmd_matrix)
-    d = sub.add_parser("diff", help="what changed between two runs; exit 1 on a regression")
+    d = sub.add_parser("diff", help="what changed between two runs; exit 1 on a regression",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DIFF_EPILOG)
     d.add_argument("old", help="run folder, results.json or JUnit XML (before)")
     d.add_argument("new", help="run folder, results.json or JUnit XML (after)")
     d.add_argument("--markdown", metavar="PATH", help="write the Markdown here ('-' for stdout)")
     d.add_argument("--json", metavar="PATH", help="write the JSON here ('-' for stdout)")
     d.add_argument("--format", choices=("md", "json"), default="md", help="what goes to stdout (default md)")
+    d.add_argument("--accept", metavar="CLASS", action="append", type=_accept, default=[],
+                   help="list the regressions of CLASS but do not exit 1 for them; repeatable or "
+                        f"comma-separated; CLASS: {', '.join(diff_mod.CLASSES)}")
     d.add_argument("--strict", action="store_true",
-                   help="also exit 1 when coverage was lost (passed -> skipped, vanished cases)")
+                   help="no effect, kept for old scripts: every loss of verdict already exits 1")
     d.set_defaults(fn=cmd_diff)
     g = sub.add_parser("merge", help="fleet view of many nodes' runs; exit 1 if a node differs or fails")
     g.add_argument("runs", nargs="+", help="run folders (one per node)")
@@ -95,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         return a.fn(a)
     except ReportInputError as e:
         print(f"python -m reports {a.cmd}: unreadable input: {e}", file=sys.stderr)
+        return 2
+    except OutputError as e:
+        print(f"python -m reports {a.cmd}: {e}", file=sys.stderr)
         return 2
 
 

@@ -3,9 +3,15 @@
 OLD and NEW are run folders (``results.json``, else the JUnit in it, plus
 ``environment.json`` and ``map_layout.json`` when there) or JUnit XML files, or
 ``results.json`` files. Output: Markdown (a CI comment) and JSON (schema
-``tmac-diff/1``). Exit status: 1 when there is a regression (a case that passed
-and now fails or could not build), 0 otherwise (``--strict``: also 1 when
-coverage was lost: passed -> skipped, or a case vanished), 2 on unreadable input.
+``tmac-diff/2``).
+
+A regression is any loss of verdict, in one of ``CLASSES``: ``failed`` (a case now
+failed that was not, or a new failed case), ``could-not-build`` (likewise),
+``known-issue`` (passed -> known issue), ``skipped`` (passed or known issue ->
+skipped), ``vanished`` (in OLD, not in NEW) and ``collection-error`` (a suite file
+that no longer collects). Exit status: 1 when there is a regression in a class not
+accepted (``--accept CLASS``), 0 when nothing got worse, 2 on unreadable input or
+output that cannot be written.
 """
 from __future__ import annotations
 
@@ -14,10 +20,21 @@ import re
 from collections import Counter
 
 from .fingerprint import props_of
-from .model import extract_rule, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS, STATES, Run
+from .model import (extract_rule, CaseResult, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS,
+                    STATES, Run)
 from .render import Cell, Document, Section, Table, to_markdown
 
-SCHEMA = "tmac-diff/1"
+SCHEMA = "tmac-diff/2"
+COLLECT = "collect"         # CaseResult.phase of a collection error (id: the file's node id)
+CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error")
+CLASS_WHAT = {
+    "failed": "now failed and was not (passed, skipped, known issue, could not build), or a new failed case",
+    "could-not-build": "now could not build and was not, or a new case that could not build",
+    "known-issue": "passed -> known issue",
+    "skipped": "passed or known issue -> skipped: coverage lost",
+    "vanished": "in OLD, not in NEW",
+    "collection-error": "a suite file no longer collects (its cases are listed as vanished)",
+}
 MAX_LIST = 100
 _IGNORED_ENV = {"tmac.run_id", "tmac.command"}
 _ENV_GROUPS = [
@@ -59,6 +76,26 @@ def _flatten_json(v, prefix="") -> dict[str, object]:
     return out
 
 
+def _first_line(message: str | None) -> str:
+    lines = (message or "").strip().splitlines()
+    return lines[0][:500] if lines else ""
+
+
+def loss_class(a: CaseResult | None, b: CaseResult) -> str | None:
+    """The regression class (one of ``CLASSES``) of a case that was ``a`` in OLD (None:
+    a new case) and is ``b`` in NEW, or None when its verdict was not lost."""
+    old = a.state if a else None
+    if a is None and b.state == FAILED and b.phase == COLLECT:
+        return "collection-error"
+    if b.state in (FAILED, NOBUILD) and old != b.state:
+        return "failed" if b.state == FAILED else "could-not-build"
+    if old == PASSED and b.state == KNOWN:
+        return "known-issue"
+    if old in (PASSED, KNOWN) and b.state == SKIPPED:
+        return "skipped"
+    return None
+
+
 def diff_runs(old: Run, new: Run) -> dict:
     both_nodeids = not old.meta.get("from_junit") and not new.meta.get("from_junit")
     key = (lambda i: i) if both_nodeids else junit_key
@@ -70,36 +107,44 @@ def diff_runs(old: Run, new: Run) -> dict:
                  "new": {"source": new.source, "node": new.node, "run_id": new.meta.get("run_id") or new.env_props.get("tmac.run_id"),
                          "counts": new.counts()},
                  "case_key": "nodeid" if both_nodeids else "junit classname.name"}
-    buckets = {b: [] for b in ("regressions", "fixes", "coverage_lost", "coverage_gained",
-                               "newly_known", "other_changes")}
-    still = []
-    for k in sorted(set(o) & set(n)):
-        a, b = o[k], n[k]
-        row = {"id": b.id, "old": a.state, "new": b.state}
+    regressions = {c: [] for c in CLASSES}
+    buckets = {b: [] for b in ("fixes", "coverage_gained", "newly_known", "other_changes")}
+    still, gone = [], []
+    for k in sorted(set(o) | set(n)):
+        a, b = o.get(k), n.get(k)
+        if b is None:
+            if a.state == FAILED and a.phase == COLLECT:
+                gone.append(a.id)               # the file collects again
+            else:
+                regressions["vanished"].append({"id": a.id, "old": a.state})
+            continue
+        row = {"id": b.id, "old": a.state if a else None, "new": b.state}
         if b.state in (FAILED, NOBUILD):
-            row.update(rule=b.rule or extract_rule(b.message), message=(b.message or "").strip().splitlines()[0][:500] if b.message else "")
+            row.update(rule=b.rule or extract_rule(b.message), message=_first_line(b.message))
         elif b.state in (SKIPPED, KNOWN):
-            row.update(reason=(b.message or "").strip().splitlines()[0][:500] if b.message else "")
-        if a.state == b.state:
+            row.update(reason=_first_line(b.message))
+        if a is not None and a.state == b.state:
             if b.state in (FAILED, NOBUILD):
                 still.append(b.id)
             continue
-        if a.state == PASSED and b.state in (FAILED, NOBUILD):
-            buckets["regressions"].append(row)
+        loss = loss_class(a, b)
+        if loss:
+            regressions[loss].append(row)
+        elif a is None:
+            continue                            # a new case, listed in new_cases
         elif b.state == PASSED and a.state in (FAILED, NOBUILD, KNOWN):
             buckets["fixes"].append(row)
-        elif a.state == PASSED and b.state == SKIPPED:
-            buckets["coverage_lost"].append(row)
         elif a.state == SKIPPED and b.state == PASSED:
             buckets["coverage_gained"].append(row)
         elif b.state == KNOWN:
             buckets["newly_known"].append(row)
         else:
             buckets["other_changes"].append(row)
+    out["regressions"] = regressions
     out.update(buckets)
     out["still_failing"] = still
+    out["collection_errors_gone"] = gone
     out["new_cases"] = [{"id": n[k].id, "state": n[k].state} for k in sorted(set(n) - set(o))]
-    out["vanished_cases"] = [{"id": o[k].id, "state": o[k].state} for k in sorted(set(o) - set(n))]
 
     po, pn = props_of(old), props_of(new)
     env = []
@@ -125,12 +170,19 @@ def diff_runs(old: Run, new: Run) -> dict:
     return out
 
 
-def exit_status(d: dict, strict: bool = False) -> int:
-    if d["regressions"]:
-        return 1
-    if strict and (d["coverage_lost"] or d["vanished_cases"]):
-        return 1
-    return 0
+def exit_status(d: dict, accept=()) -> int:
+    """1 when a class not in ``accept`` has a regression, else 0."""
+    return 1 if any(d["regressions"][c] for c in CLASSES if c not in accept) else 0
+
+
+def verdict(d: dict, accept=()) -> tuple[str, str]:
+    """("3 regressions: 1 failed, 2 vanished (accepted)", css) or ("No regressions", "ok")."""
+    found = [(c, len(d["regressions"][c])) for c in CLASSES if d["regressions"][c]]
+    if not found:
+        return "No regressions", "ok"
+    total = sum(k for _, k in found)
+    parts = ", ".join(f"{k} {c}" + (" (accepted)" if c in accept else "") for c, k in found)
+    return f"{total} regression{'s' if total != 1 else ''}: {parts}", "bad" if exit_status(d, accept) else "warn"
 
 
 def _rows(items, cols, limit=MAX_LIST):
@@ -144,6 +196,8 @@ def _rows(items, cols, limit=MAX_LIST):
                 row.append(Cell(v, "mono"))
             elif c in ("old", "new", "state") and v in STATES:
                 row.append(Cell(STATE_LABELS[v], f"st-{v}"))
+            elif c == "old" and v == "-":
+                row.append("(new case)")
             else:
                 row.append(v)
         rows.append(row)
@@ -151,22 +205,38 @@ def _rows(items, cols, limit=MAX_LIST):
     return rows, note
 
 
-def to_doc(d: dict, strict: bool = False) -> Document:
-    status = exit_status(d, strict)
-    nreg = len(d["regressions"])
-    verdict = (f"{nreg} regression{'s' if nreg != 1 else ''} (passed -> failed)", "bad") if nreg else \
-        ("No regressions", "ok")
+def to_doc(d: dict, accept=()) -> Document:
+    status = exit_status(d, accept)
+    accepted = [c for c in CLASSES if c in accept]
     doc = Document(f"Run diff: {d['old']['node']} -> {d['new']['node']}",
-                   f"OLD {d['old']['source']} · NEW {d['new']['source']} · exit status {status}", verdict)
+                   f"OLD {d['old']['source']} · NEW {d['new']['source']} · exit status {status}"
+                   + (f" · accepted: {', '.join(accepted)}" if accepted else ""), verdict(d, accept))
     counts = Table(["run"] + [STATE_LABELS[s] for s in STATES] + ["total"],
                    [["OLD"] + [d["old"]["counts"][s] for s in STATES] + [sum(d["old"]["counts"].values())],
                     ["NEW"] + [d["new"]["counts"][s] for s in STATES] + [sum(d["new"]["counts"].values())]])
     doc.sections.append(Section("Counts", tables=[counts]))
+    regs = d["regressions"]
+    summary = [[Cell(c, "mono"), CLASS_WHAT[c],
+                Cell(str(len(regs[c])), "flag" if regs[c] and c not in accept else ""),
+                f"yes (--accept {c})" if c in accept else "no"] for c in CLASSES]
+    doc.sections.append(Section("Regressions by class", tables=[
+        Table(["class", "what", "cases", "accepted"], summary)]))
+    for c in CLASSES:
+        if not regs[c]:
+            continue
+        cols = {"vanished": ["id", "old"], "collection-error": ["id", "message"],
+                "known-issue": ["id", "old", "new", "reason"],
+                "skipped": ["id", "old", "new", "reason"]}.get(c, ["id", "old", "new", "rule", "message"])
+        sec = Section(f"Regressions, {c}: {len(regs[c])}", level=3)
+        sec.paragraphs.append(CLASS_WHAT[c][:1].upper() + CLASS_WHAT[c][1:] + "."
+                              + (f" Accepted (--accept {c}): listed, but does not set exit status 1."
+                                 if c in accept else ""))
+        rows, note = _rows(regs[c], cols)
+        sec.tables.append(Table(cols, rows, note))
+        doc.sections.append(sec)
     specs = [
-        ("regressions", "Regressions (passed -> failed / could not build)", ["id", "old", "new", "rule", "message"]),
         ("fixes", "Fixes (now passing)", ["id", "old", "new"]),
-        ("coverage_lost", "Coverage lost (passed -> skipped)", ["id", "old", "new", "reason"]),
-        ("newly_known", "Newly known issues", ["id", "old", "new", "reason"]),
+        ("newly_known", "Newly known issues (not from passed)", ["id", "old", "new", "reason"]),
         ("other_changes", "Other state changes", ["id", "old", "new", "rule", "message"]),
         ("coverage_gained", "Coverage gained (skipped -> passed)", ["id", "old", "new"]),
     ]
@@ -177,15 +247,19 @@ def to_doc(d: dict, strict: bool = False) -> Document:
             rows, note = _rows(items, cols)
             sec.tables.append(Table(cols, rows, note))
         doc.sections.append(sec)
-    for key, title in (("new_cases", "New cases"), ("vanished_cases", "Vanished cases")):
-        items = d[key]
-        sec = Section(f"{title}: {len(items)}", level=3)
-        if items:
-            by = Counter(i["state"] for i in items)
-            sec.paragraphs.append(", ".join(f"{n} {STATE_LABELS[s]}" for s, n in by.items()))
-            rows, note = _rows(items, ["id", "state"], 30)
-            sec.tables.append(Table(["id", "state"], rows, note))
+    if d["collection_errors_gone"]:
+        sec = Section(f"Collection errors gone (the file collects again): {len(d['collection_errors_gone'])}",
+                      level=3)
+        sec.paragraphs.append(", ".join(d["collection_errors_gone"]))
         doc.sections.append(sec)
+    items = d["new_cases"]
+    sec = Section(f"New cases: {len(items)}", level=3)
+    if items:
+        by = Counter(i["state"] for i in items)
+        sec.paragraphs.append(", ".join(f"{n} {STATE_LABELS[s]}" for s, n in by.items()))
+        rows, note = _rows(items, ["id", "state"], 30)
+        sec.tables.append(Table(["id", "state"], rows, note))
+    doc.sections.append(sec)
     if d["still_failing"]:
         doc.sections.append(Section(f"Still failing: {len(d['still_failing'])}", level=3))
     sec = Section(f"Environment changes: {len(d['environment'])}", level=3)
@@ -210,9 +284,10 @@ def to_doc(d: dict, strict: bool = False) -> Document:
     return doc
 
 
-def to_markdown_text(d: dict, strict: bool = False) -> str:
-    return to_markdown(to_doc(d, strict))
+def to_markdown_text(d: dict, accept=()) -> str:
+    return to_markdown(to_doc(d, accept))
 
 
-def to_json_text(d: dict, strict: bool = False) -> str:
-    return json.dumps(dict(d, exit_status=exit_status(d, strict)), indent=2) + "\n"
+def to_json_text(d: dict, accept=()) -> str:
+    return json.dumps(dict(d, accepted=[c for c in CLASSES if c in accept], verdict=verdict(d, accept)[0],
+                           exit_status=exit_status(d, accept)), indent=2) + "\n"

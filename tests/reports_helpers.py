@@ -70,3 +70,24 @@ def junit(path: Path, cases: dict[str, str], props: dict[str, str] | None = None
     path.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" hostname="n1">'
                     f"<properties>{p}</properties>{''.join(rows)}</testsuite></testsuites>")
     return path
+
+
+def collection_error(message: str = "ImportError: cannot import name 'x'") -> dict:
+    """A collection error as results.json holds it (its id is the file's node id)."""
+    return {"state": "failed", "phase": "collect", "message": f"collection error: {message}"}
+
+
+def junit_add_collection_error(path: Path, file_nodeid: str) -> Path:
+    """Adds to a JUnit file the <testcase> pytest writes for a file that did not collect."""
+    name = file_nodeid[:-3].replace("/", ".") if file_nodeid.endswith(".py") else file_nodeid
+    row = (f'<testcase classname="" name={quoteattr(name)} time="0.000">'
+           '<error message="collection failure">ImportError</error></testcase>')
+    path.write_text(path.read_text().replace("</testsuite>", row + "</testsuite>"))
+    return path
+
+
+def set_meta(run: Path, **meta) -> Path:
+    """Sets top-level keys of a run folder's results.json (exitstatus, not_reported, end, gpu...)."""
+    res = run / "results.json"
+    res.write_text(json.dumps(dict(json.loads(res.read_text()), **meta)))
+    return run

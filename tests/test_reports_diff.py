@@ -8,7 +8,7 @@ import pytest
 from reports.__main__ import main
 from reports.model import load_run, nodeid_from_junit
 
-from reports_helpers import env, junit, run_dir
+from reports_helpers import collection_error, env, junit, junit_add_collection_error, run_dir
 
 A = "suites/test_load.py::test_load[f16-rank2-swz128]"
 B = "suites/test_load.py::test_load[f32-rank3-swz0]"
@@ -29,11 +29,11 @@ def test_regression_exits_1_and_names_the_case(tmp_path, capsys):
     status, md, _ = run_diff(capsys, old, new, "--json", tmp_path / "d.json")
     assert status == 1
     d = json.loads((tmp_path / "d.json").read_text())
-    assert [r["id"] for r in d["regressions"]] == [B]
-    assert d["regressions"][0]["rule"] == "R-9"
+    assert [r["id"] for r in d["regressions"]["failed"]] == [B]
+    assert d["regressions"]["failed"][0]["rule"] == "R-9"
     assert d["still_failing"] == [C]
-    assert d["exit_status"] == 1 and d["schema"] == "tmac-diff/1"
-    assert "1 regression" in md and B in md
+    assert d["exit_status"] == 1 and d["schema"] == "tmac-diff/2"
+    assert d["verdict"] == "1 regression: 1 failed" and "**1 regression: 1 failed**" in md and B in md
     assert d["environment"] == []
 
 
@@ -43,19 +43,131 @@ def test_could_not_build_after_pass_is_a_regression(tmp_path, capsys):
     assert run_diff(capsys, old, new)[0] == 1
 
 
-def test_fixes_new_vanished_and_skips_exit_0(tmp_path, capsys):
+def test_fixes_new_vanished_and_skips(tmp_path, capsys):
     old = run_dir(tmp_path / "old", {A: "failed", B: "passed", C: "passed", D: "known-issue"})
     new = run_dir(tmp_path / "new", {A: "passed", B: {"state": "skipped", "message": "no GPU: x"},
                                      D: "passed", "suites/test_new.py::test_x": "passed"})
-    status, md, _ = run_diff(capsys, old, new, "--format", "json")
-    assert status == 0
-    d = json.loads(md)
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    assert status == 1                          # coverage lost and a vanished case are regressions
+    d = json.loads(out)
     assert {r["id"] for r in d["fixes"]} == {A, D}
-    assert [r["id"] for r in d["coverage_lost"]] == [B]
+    assert [r["id"] for r in d["regressions"]["skipped"]] == [B]
+    assert d["regressions"]["vanished"] == [{"id": C, "old": "passed"}]
     assert d["new_cases"] == [{"id": "suites/test_new.py::test_x", "state": "passed"}]
-    assert d["vanished_cases"] == [{"id": C, "state": "passed"}]
-    # --strict: lost coverage counts
+    assert d["verdict"] == "2 regressions: 1 skipped, 1 vanished"
+    assert run_diff(capsys, old, new, "--accept", "skipped")[0] == 1
+    status, md, _ = run_diff(capsys, old, new, "--accept", "skipped,vanished")
+    assert status == 0 and "**2 regressions: 1 skipped (accepted), 1 vanished (accepted)**" in md
+    assert run_diff(capsys, old, new, "--accept", "vanished", "--accept", "skipped")[0] == 0
+    # --strict is the default now: no effect either way
     assert run_diff(capsys, old, new, "--strict")[0] == 1
+    assert run_diff(capsys, old, new, "--strict", "--accept", "skipped,vanished")[0] == 0
+
+
+NEWFILE = "suites/test_new.py"
+CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error")
+
+
+@pytest.mark.parametrize("cls,old,new", [
+    ("failed", {A: "passed"}, {A: "failed"}),
+    ("failed", {A: "skipped"}, {A: "failed"}),
+    ("failed", {A: "known-issue"}, {A: "failed"}),
+    ("failed", {A: "could-not-build"}, {A: "failed"}),
+    ("failed", {A: "passed"}, {A: "passed", B: "failed"}),                      # a new failed case
+    ("could-not-build", {A: "passed"}, {A: "could-not-build"}),
+    ("could-not-build", {A: "failed"}, {A: "could-not-build"}),
+    ("could-not-build", {A: "passed"}, {A: "passed", B: "could-not-build"}),
+    ("known-issue", {A: "passed"}, {A: "known-issue"}),
+    ("skipped", {A: "passed"}, {A: "skipped"}),
+    ("skipped", {A: "known-issue"}, {A: "skipped"}),
+    ("vanished", {A: "passed", B: "failed"}, {A: "passed"}),                    # whatever its old state
+    ("collection-error", {A: "passed"}, {A: "passed", NEWFILE: collection_error()}),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_each_regression_class_alone_exits_1_unless_accepted(tmp_path, capsys, cls, old, new):
+    o, n = run_dir(tmp_path / "old", old), run_dir(tmp_path / "new", new)
+    status, out, _ = run_diff(capsys, o, n, "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and d["exit_status"] == 1
+    assert {c for c in CLASSES if d["regressions"][c]} == {cls}
+    assert d["verdict"] == f"1 regression: 1 {cls}"
+    status, md, _ = run_diff(capsys, o, n)
+    assert status == 1 and f"**1 regression: 1 {cls}**" in md and f"### Regressions, {cls}: 1" in md
+    status, md, _ = run_diff(capsys, o, n, "--accept", cls, "--json", tmp_path / "d.json")
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert status == 0 and d["exit_status"] == 0 and d["accepted"] == [cls]
+    assert f"**1 regression: 1 {cls} (accepted)**" in md and f"Accepted (--accept {cls})" in md
+    others = ",".join(c for c in CLASSES if c != cls)
+    assert run_diff(capsys, o, n, "--accept", others)[0] == 1
+
+
+def test_a_file_that_stops_collecting(tmp_path, capsys):
+    other = "suites/test_load.py::test_other"
+    old = run_dir(tmp_path / "old", {A: "passed", B: "passed", C: "passed"})
+    new = run_dir(tmp_path / "new", {C: "passed", "suites/test_load.py": collection_error()})
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and d["verdict"] == "3 regressions: 2 vanished, 1 collection-error"
+    assert [r["id"] for r in d["regressions"]["collection-error"]] == ["suites/test_load.py"]
+    assert {r["id"] for r in d["regressions"]["vanished"]} == {A, B}
+    assert not d["regressions"]["failed"]
+    assert run_diff(capsys, old, new, "--accept", "collection-error")[0] == 1
+    assert run_diff(capsys, old, new, "--accept", "collection-error,vanished")[0] == 0
+    # the same from JUnit files
+    j_old = junit(tmp_path / "old.xml", {A: "passed", B: "passed", C: "passed"})
+    j_new = junit_add_collection_error(junit(tmp_path / "new.xml", {C: "passed"}), "suites/test_load.py")
+    d = json.loads(run_diff(capsys, j_old, j_new, "--format", "json")[1])
+    assert d["verdict"] == "3 regressions: 2 vanished, 1 collection-error"
+    # and back: the file collects again, with a new case
+    status, out, _ = run_diff(capsys, new, run_dir(tmp_path / "fixed", {A: "passed", B: "passed", C: "passed",
+                                                                        other: "passed"}), "--format", "json")
+    d = json.loads(out)
+    assert status == 0 and d["verdict"] == "No regressions"
+    assert d["collection_errors_gone"] == ["suites/test_load.py"]
+    assert {c["id"] for c in d["new_cases"]} == {A, B, other}
+
+
+def test_nothing_worse_exits_0(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed", B: "failed", C: "failed", D: "skipped"}, env(driver=13000))
+    new = run_dir(tmp_path / "new", {A: "passed", B: "skipped", C: "known-issue", D: "known-issue",
+                                     "suites/test_new.py::test_x": "skipped"}, env(driver=13010))
+    status, md, _ = run_diff(capsys, old, new)
+    assert status == 0 and "**No regressions**" in md and "exit status 0" in md
+    d = json.loads(run_diff(capsys, old, new, "--format", "json")[1])
+    assert d["verdict"] == "No regressions" and d["exit_status"] == 0
+    assert [r["id"] for r in d["other_changes"]] == [B]
+    assert {r["id"] for r in d["newly_known"]} == {C, D}
+    assert d["environment"]
+
+
+def test_fixes_only_exit_0(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "failed", B: "could-not-build", C: "known-issue", D: "skipped"})
+    new = run_dir(tmp_path / "new", {A: "passed", B: "passed", C: "passed", D: "passed",
+                                     "suites/test_new.py::test_x": "passed"})
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert status == 0 and d["verdict"] == "No regressions"
+    assert {r["id"] for r in d["fixes"]} == {A, B, C}
+    assert [r["id"] for r in d["coverage_gained"]] == [D]
+
+
+@pytest.mark.parametrize("option", ["--json", "--markdown"])
+def test_unwritable_output_exits_2_with_one_line(tmp_path, capsys, option):
+    old = run_dir(tmp_path / "old", {A: "passed"})
+    new = run_dir(tmp_path / "new", {A: "passed"})
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    target = blocker / "d.out"                  # a path under a regular file
+    status, _, err = run_diff(capsys, old, new, option, target)
+    assert status == 2
+    assert err.count("\n") == 1 and str(target) in err and "cannot write" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_accept_class_is_bad_usage(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed"})
+    with pytest.raises(SystemExit) as e:
+        main(["diff", str(old), str(old), "--accept", "vanished,flaky"])
+    assert e.value.code == 2 and "flaky" in capsys.readouterr().err
 
 
 def test_environment_and_map_layout_changes(tmp_path, capsys):
@@ -91,15 +203,16 @@ def test_junit_files_and_mixed_inputs(tmp_path, capsys):
     status, out, _ = run_diff(capsys, j_old, j_new, "--format", "json")
     d = json.loads(out)
     assert status == 1
-    assert [r["id"] for r in d["regressions"]] == [C]   # class in the id survives the JUnit round trip
-    assert d["regressions"][0]["rule"] == "R-1"
+    assert [r["id"] for r in d["regressions"]["failed"]] == [C]   # class in the id survives the JUnit round trip
+    assert d["regressions"]["failed"][0]["rule"] == "R-1"
     assert [r["id"] for r in d["newly_known"]] == [D]
     assert d["environment"][0]["key"] == "tmac.driver.cuda_driver_version"
     # a run folder (node ids) against a JUnit file (classname/name) still lines up
     folder = run_dir(tmp_path / "f", {A: "passed", C: "passed", D: "skipped"})
     status, out, _ = run_diff(capsys, folder, j_new, "--format", "json")
     d = json.loads(out)
-    assert status == 1 and len(d["regressions"]) == 1 and not d["new_cases"] and not d["vanished_cases"]
+    assert status == 1 and len(d["regressions"]["failed"]) == 1
+    assert not d["new_cases"] and not d["regressions"]["vanished"]
 
 
 @pytest.mark.parametrize("content,why", [
