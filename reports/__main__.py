@@ -65,6 +65,18 @@ exit status:
 """
 
 
+MERGE_EPILOG = """\
+a node fails when its run verdict is not PASS: FAIL (failed or could not build
+cases), NOT MEASURED (no usable GPU), INTERRUPTED, TIMED OUT, INCOMPLETE,
+INTERNAL ERROR, NO CASES RAN, NOTHING PASSED.
+
+exit status:
+  0  every node passes and none differs from the majority (one node: it passes)
+  1  a node differs from the majority (cases or versions) or does not pass
+  2  unreadable input, nothing left to merge, --out not writable, or bad usage
+"""
+
+
 def cmd_matrix(a) -> int:
     run = load_run(a.run)
     out = Path(a.out) if a.out else (Path(a.run) if Path(a.run).is_dir() else Path(a.run).parent)
@@ -89,8 +101,17 @@ def cmd_diff(a) -> int:
 
 
 def cmd_merge(a) -> int:
-    runs = [load_run(p) for p in a.runs]
+    paths, notes = merge_mod.run_inputs(a.runs, a.out)
+    for line in notes:
+        print(f"python -m reports merge: {line}", file=sys.stderr)
+    if not paths:
+        print("python -m reports merge: no run folder left to merge (give the node folders, "
+              "and an --out folder apart from them)", file=sys.stderr)
+        return 2
+    runs = [load_run(p) for p in paths]
     m = merge_mod.merge_runs(runs)
+    if len(runs) == 1:
+        print("python -m reports merge: 1 node only: nothing to compare it with", file=sys.stderr)
     outs = merge_mod.outputs(m)
     if a.out:
         for name, text in outs.items():
@@ -124,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--strict", action="store_true",
                    help="no effect, kept for old scripts: every loss of verdict already exits 1")
     d.set_defaults(fn=cmd_diff)
-    g = sub.add_parser("merge", help="fleet view of many nodes' runs; exit 1 if a node differs or fails")
-    g.add_argument("runs", nargs="+", help="run folders (one per node)")
+    g = sub.add_parser("merge", help="fleet view of many nodes' runs; exit 1 if a node differs or fails",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=MERGE_EPILOG)
+    g.add_argument("runs", nargs="+", help="run folders (one per node); the --out folder and folders "
+                                           "holding only a merge's output are left out")
     g.add_argument("--out", help="folder for fleet.md, fleet.html, fleet.json")
     g.add_argument("--format", choices=("md", "json"), default="md", help="what goes to stdout (default md)")
     g.set_defaults(fn=cmd_merge)

@@ -1,4 +1,4 @@
-"""``python -m reports diff`` and ``merge`` on hand-made inputs (CPU only)."""
+"""``python -m reports diff`` on hand-made inputs (CPU only); merge: test_reports_merge.py."""
 from __future__ import annotations
 
 import json
@@ -251,24 +251,6 @@ def test_bad_usage_exits_2(capsys):
 def test_nodeid_from_junit():
     assert nodeid_from_junit("suites.test_x.TestA", "test_b[p-q]") == "suites/test_x.py::TestA::test_b[p-q]"
     assert nodeid_from_junit("suites.test_x", "test_b[a.b]") == "suites/test_x.py::test_b[a.b]"
-
-
-def test_merge_flags_the_odd_node(tmp_path, capsys):
-    same = {A: "passed", B: "passed", C: "known-issue"}
-    n1 = run_dir(tmp_path / "n1", same, env(host="n1"))
-    n2 = run_dir(tmp_path / "n2", same, env(host="n2"))
-    n3 = run_dir(tmp_path / "n3", {**same, B: "failed"}, env(host="n3", kmv="575.1"))
-    status = main(["merge", str(n1), str(n2), str(n3), "--out", str(tmp_path / "fleet"), "--format", "json"])
-    m = json.loads(capsys.readouterr().out)
-    assert status == 1
-    flagged = {n["node"]: n for n in m["nodes"] if n["flagged"]}
-    assert set(flagged) == {"n3"}
-    assert flagged["n3"]["differs_from_majority"] == [{"id": B, "node": "failed", "majority": "passed"}]
-    assert flagged["n3"]["versions_differ"] == {"driver": "575.1"}
-    for name in ("fleet.md", "fleet.html", "fleet.json"):
-        assert (tmp_path / "fleet" / name).is_file()
-    assert "n3" in (tmp_path / "fleet" / "fleet.md").read_text()
-    assert main(["merge", str(n1), str(n2)]) == 0
 
 
 def test_load_run_prefers_results_and_reads_env(tmp_path):
