@@ -118,6 +118,8 @@ def nodeid_from_junit(classname: str, name: str, file: str | None = None) -> str
     letter (pytest's class naming); the xunit1 ``file`` attribute wins if present.
     """
     parts = classname.split(".") if classname else []
+    if classname + "::" == NODE_PREFIX:       # the node's own case has no module
+        return NODE_PREFIX + name
     if file and file.endswith(".py"):
         mod_parts = file[:-3].replace(os.sep, "/").split("/")
         if parts[:len(mod_parts)] == mod_parts:
@@ -171,6 +173,7 @@ class Verdict:
 VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPLETE",
             "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED")
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
+NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugin.node_check), not conformance cases
 
 
 def run_verdict(run: "Run") -> Verdict:
@@ -180,6 +183,7 @@ def run_verdict(run: "Run") -> Verdict:
     c = run.counts()
     total = sum(c.values())
     bad = c[FAILED] + c[NOBUILD]
+    conformance = sum(1 for cid in run.cases if not cid.startswith(NODE_PREFIX))
     meta = run.meta or {}
     end = meta.get("end") or {}
     missing = int(meta.get("not_reported") or 0)
@@ -194,8 +198,8 @@ def run_verdict(run: "Run") -> Verdict:
         return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
     if status == EXIT_INTERNAL:
         return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")
-    if total == 0:
-        return Verdict("NO CASES RAN", "NO CASES RAN", "bad")
+    if conformance == 0:
+        return Verdict("NO CASES RAN", "NO CASES RAN" + (f" ({tally})" if total else ""), "bad")
     if missing:
         return Verdict("INCOMPLETE", f"INCOMPLETE: {missing} collected case(s) never reported a "
                        f"result ({tally})", "bad")

@@ -139,3 +139,22 @@ def test_cold_compile_leaves_shared_bytes_intact(kdir, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=build.KERNEL_DIR.parent,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"b' ' after a cold compile: {r.stdout} {r.stderr[-2000:]}"
+
+
+def test_an_installation_without_cccl_could_not_build(kdir, tmp_path, monkeypatch):
+    """No CCCL headers is a fault of the installation: BuildError ("could not build"),
+    not an error that reads as a failed case."""
+    def missing():
+        raise FileNotFoundError("no CCCL headers (cuda/ptx) found; tried: /nowhere")
+    monkeypatch.setattr(cccl, "find", missing)
+    with pytest.raises(build.BuildError, match="no CCCL headers") as info:
+        compile_(kdir, tmp_path / "cache")
+    assert "/nowhere" in info.value.log
+
+
+def test_an_installation_without_nvrtc_could_not_build(kdir, tmp_path, monkeypatch):
+    def missing():
+        raise RuntimeError("libnvrtc.so.13: cannot open shared object file")
+    monkeypatch.setattr(build, "nvrtc_version", missing)
+    with pytest.raises(build.BuildError, match="NVRTC not loadable"):
+        compile_(kdir, tmp_path / "cache")

@@ -29,6 +29,44 @@ def test_bad_options_are_usage_errors(args, msg):
     assert msg in r.stderr
 
 
+def _file(tmp_path) -> str:
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    return str(f)
+
+
+# Each bad input of a run: (arguments, environment, start of the one error line).
+SETUP_FAULTS = {
+    "arch-below-sm90": (["--arch=sm_80"], {}, "ERROR: --arch: sm_80 has no tensor maps"),
+    "arch-not-arch-specific": (["--arch=sm_90"], {}, "ERROR: --arch: sm_90 is not a target of tensormap.replace"),
+    "arch-unknown": (["--arch=sm_999a"], {}, "ERROR: --arch: sm_999a is not a target of tensormap.replace"),
+    "kernel-cache-file": (["--kernel-cache={file}"], {}, "ERROR: --kernel-cache: {file} exists and is not a folder"),
+    "kernel-cache-unwritable": (["--kernel-cache={file}/sub"], {}, "ERROR: --kernel-cache: {file}/sub is not a writable folder"),
+    "kernel-cache-env": ([], {"TMA_KERNEL_CACHE": "{file}"}, "ERROR: $TMA_KERNEL_CACHE: {file} exists and is not a folder"),
+    "cccl-include": ([], {"TMA_CCCL_INCLUDE": "{tmp}"}, "ERROR: TMA_CCCL_INCLUDE={tmp} holds no cuda/ptx header"),
+    "report-dir-file": (["--report-dir={file}"], {}, "ERROR: --report-dir: {file} exists and is not a folder"),
+    "report-dir-unwritable": (["--report-dir={file}/sub"], {}, "ERROR: --report-dir: {file}/sub is not a writable folder"),
+    "require-gpus": (["--require-gpus=two"], {}, "ERROR: --require-gpus='two': expected a number of GPUs"),
+    "require-gpus-env": ([], {"TMA_REQUIRE_GPUS": "-1"}, "ERROR: TMA_REQUIRE_GPUS='-1': expected a number of GPUs"),
+    "run-timeout": (["--run-timeout=soon"], {}, "ERROR: --run-timeout='soon': expected seconds"),
+}
+
+
+@pytest.mark.parametrize("args,env,line", SETUP_FAULTS.values(), ids=SETUP_FAULTS.keys())
+def test_setup_faults_are_one_line_and_exit_4(tmp_path, args, env, line):
+    """A bad option or environment is checked at start-up: pytest's usage exit status,
+    one line naming the input and the reason, no traceback, no case run."""
+    from nested_run import make_tree, pytest_run as run
+    subs = {"file": _file(tmp_path), "tmp": str(tmp_path)}
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    cp = run(root, *[a.format(**subs) for a in args], "-n", "2",
+             env={k: v.format(**subs) for k, v in env.items()})
+    assert cp.returncode == 4, cp.stdout + cp.stderr
+    errors = [ln for ln in cp.stderr.splitlines() if ln.startswith("ERROR:")]
+    assert errors == [errors[0]] and errors[0].startswith(line.format(**subs)), cp.stderr
+    assert "Traceback" not in cp.stdout + cp.stderr and "passed" not in cp.stdout
+
+
 def test_unknown_marker_is_an_error(tmp_path):
     t = tmp_path / "test_x.py"
     t.write_text("import pytest\n@pytest.mark.gpuu\ndef test_a():\n    pass\n")

@@ -8,10 +8,6 @@ controller, results.json, the matrix files, and the known-issues behaviour
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +15,9 @@ import pytest
 
 from reports.model import load_run
 
-REPO = Path(__file__).resolve().parent.parent
+import nested_run
+from nested_run import pytest_run
+
 
 TESTS = '''
 import pytest
@@ -126,22 +124,15 @@ EXPECTED = {
 }
 
 
+NODE = "node::usable-gpus"     # the node's own case, which every run reports (fixtures.plugin)
+
+
+def cases_only(states: dict) -> dict:
+    return {k: v for k, v in states.items() if k != NODE}
+
+
 def make_tree(root: Path, tests: str = TESTS, known: str | None = KNOWN) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -ra\n")
-    (root / "conftest.py").write_text((REPO / "conftest.py").read_text())
-    (root / "test_tiny.py").write_text(textwrap.dedent(tests))
-    if known is not None:
-        (root / "known_issues.toml").write_text(known)
-    return root
-
-
-def pytest_run(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    env.pop("PYTEST_XDIST_WORKER", None)
-    env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return nested_run.make_tree(root, tests, known)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +156,8 @@ def test_one_testcase_per_case_id(xdist_run):
     _, out, _ = xdist_run
     root = ET.parse(out / "junit.xml").getroot()
     cases = [(tc.get("classname"), tc.get("name")) for tc in root.iter("testcase")]
-    assert len(cases) == len(set(cases)) == len(EXPECTED)
+    assert len(cases) == len(set(cases)) == len(EXPECTED) + 1
+    assert ("node", "usable-gpus") in cases
     # valid xunit2: no <properties> inside a <testcase>
     assert not any(tc.find("properties") is not None for tc in root.iter("testcase"))
 
@@ -208,15 +200,16 @@ def test_results_json_states(xdist_run):
     data = json.loads((out / "results.json").read_text())
     assert data["schema"] == "tmac-results/1"
     cases = {c["id"]: c for c in data["cases"]}
-    assert {k: c["state"] for k, c in cases.items()} == EXPECTED
+    assert cases_only({k: c["state"] for k, c in cases.items()}) == EXPECTED
+    assert cases[NODE]["state"] in ("passed", "skipped")    # no --require-gpus: never failed
     assert cases["test_tiny.py::test_fail_rule"]["rule"] == "R-7"
     assert cases["test_tiny.py::test_fail_message_rule"]["rule"] == "tiled.box"
     assert cases["test_tiny.py::test_known_passes"]["known_issue"]["id"] == "KI-2"
     assert cases["test_tiny.py::test_known_skip"]["known_issue"]["mode"] == "skip"
-    kinds = {k: c.get("skip_kind") for k, c in cases.items() if c["state"] == "skipped"}
+    kinds = {k: c.get("skip_kind") for k, c in cases.items() if c["state"] == "skipped" and k != NODE}
     assert kinds == {"test_tiny.py::test_skip_nogpu": "no-gpu", "test_tiny.py::test_skip_two": "needs-2-gpus",
                      "test_tiny.py::test_skip_arch": "arch-lacks-feature"}
-    assert {c.get("worker") for c in cases.values()} <= {"gw0", "gw1"}   # really ran under xdist
+    assert {c.get("worker") for k, c in cases.items() if k != NODE} <= {"gw0", "gw1"}   # under xdist
     entries = {e["id"]: e for e in data["known_issues"]["entries"]}
     assert entries["KI-5"]["not_applied"].startswith("driver")
     assert entries["KI-4"]["not_applied"] == "matched no case in this run"
@@ -225,7 +218,7 @@ def test_results_json_states(xdist_run):
 def test_junit_and_results_agree(xdist_run):
     _, out, _ = xdist_run
     from_junit = load_run(out / "junit.xml")
-    assert {k: c.state for k, c in from_junit.cases.items()} == EXPECTED
+    assert cases_only({k: c.state for k, c in from_junit.cases.items()}) == EXPECTED
     assert from_junit.cases["test_tiny.py::test_known_fails"].known_issue["evidence"] == \
         "https://example.invalid/issue/1"
 

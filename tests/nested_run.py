@@ -1,0 +1,41 @@
+"""Running pytest on a small generated test tree, with the suite's conftest and plugins,
+in a child process: how the self-tests see what a user sees (exit status, terminal,
+report folder)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_tree(root: Path, tests: str, known: str | None = None, name: str = "test_tiny.py") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -ra\n")
+    (root / "conftest.py").write_text((REPO / "conftest.py").read_text())
+    (root / name).write_text(textwrap.dedent(tests))
+    if known is not None:
+        (root / "known_issues.toml").write_text(known)
+    return root
+
+
+def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
+        e.pop(k, None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def results(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+def states(folder: Path) -> dict[str, str]:
+    return {c["id"]: c["state"] for c in results(folder)["cases"]}

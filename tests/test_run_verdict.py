@@ -1,0 +1,236 @@
+"""The verdict of a run when something goes wrong, seen as a user sees it: exit status,
+report folder and verdict of a real pytest run on a small generated tree (CPU only).
+
+A worker killed mid-run, a stuck run (--run-timeout), an interrupted run, no GPU,
+--require-gpus, a node whose driver is installed but unusable, a reused report folder."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures import cuda_env
+from fixtures.batching import bucket
+
+from nested_run import make_tree, pytest_run, results, states
+
+NODE = "node::usable-gpus"
+USABLE = len(cuda_env.probe().tma_devices) if cuda_env.probe().available else 0
+
+
+def crash_tree(root: Path, crashes: dict[str, str]) -> Path:
+    """Three test functions x 60 cases; ``crashes``: case -> how its worker dies."""
+    return make_tree(root, f'''
+        import os, signal, pytest
+        CRASH = {crashes!r}
+        CASES = [f"c{{i}}" for i in range(60)]
+
+        def maybe_die(case):
+            how = CRASH.get(case)
+            if how == "exit3":
+                os._exit(3)
+            if how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        @pytest.mark.parametrize("case", CASES)
+        def test_a(case):
+            maybe_die("a-" + case)
+
+        @pytest.mark.parametrize("case", CASES)
+        def test_b(case):
+            maybe_die("b-" + case)
+
+        @pytest.mark.parametrize("case", CASES)
+        def test_c(case):
+            maybe_die("c-" + case)
+    ''')
+
+
+def _ids_in_one_bucket(n: int) -> list[str]:
+    """Cases of test_b whose bucket (the scheduling unit) is the same: a crash in the
+    middle of a unit whose other cases must still run."""
+    first = bucket("c0")
+    return [f"c{i}" for i in range(60) if bucket(f"c{i}") == first][:n]
+
+
+SAME_BUCKET = _ids_in_one_bucket(3)
+CRASHES = {
+    "exit-status": {"a-c7": "exit3"},
+    "sigkill": {"b-c30": "sigkill"},
+    "first-case": {"a-c0": "exit3"},
+    "last-case": {"c-c59": "sigkill"},
+    "two-workers": {"a-c11": "exit3", "c-c42": "sigkill"},
+    "mid-bucket": {f"b-{SAME_BUCKET[1]}": "exit3"},
+}
+
+
+@pytest.mark.parametrize("repeat", range(2))
+@pytest.mark.parametrize("crashes", CRASHES.values(), ids=CRASHES.keys())
+def test_a_dead_worker_ends_the_run_with_every_case_reported(tmp_path, crashes, repeat):
+    """A worker that dies (os._exit, SIGKILL) mid-run: the run ends (it used to wait
+    forever), the case it died in fails naming the worker and how it ended, every other
+    case runs and passes, the reports are complete, and the exit status is 1."""
+    root = crash_tree(tmp_path / "t", crashes)
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    try:
+        cp = pytest_run(root, "-n", "2", f"--report-dir={out}", timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run with a dead worker ({crashes}) did not end within 90 s")
+    assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
+    got = states(out)
+    assert len(got) == 181, f"{len(got)} of 180 cases + the node case reported"
+    crashed = {f"test_tiny.py::test_{k[0]}[{k[2:]}]": how for k, how in crashes.items()}
+    data = {c["id"]: c for c in results(out)["cases"]}
+    for cid, how in crashed.items():
+        c = data[cid]
+        assert c["state"] == "failed", c
+        assert c["rule"] == "run.worker-alive" and "worker gw" in c["message"], c
+        want = "exit status 3" if how == "exit3" else "killed by signal 9 (SIGKILL)"
+        assert want in c["message"], c["message"]
+    others = {k: v for k, v in got.items() if k not in crashed and k != NODE}
+    assert set(others.values()) == {"passed"}, {k: v for k, v in others.items() if v != "passed"}
+    meta = results(out)
+    assert meta["not_reported"] == 0 and meta["verdict"].startswith("FAIL")
+    for name in ("junit.xml", "matrix.md", "environment.json"):
+        assert (out / name).is_file(), name
+    assert time.monotonic() - t0 < 90
+
+
+def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
+    root = make_tree(tmp_path / "t", '''
+        import time, pytest
+        @pytest.mark.parametrize("case", [f"c{i}" for i in range(20)])
+        def test_case(case):
+            if case == "c5":
+                time.sleep(600)
+    ''')
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    cp = pytest_run(root, "-n", "2", "--run-timeout=5", f"--report-dir={out}", timeout=120)
+    assert cp.returncode == 2, cp.stdout[-3000:] + cp.stderr[-2000:]
+    assert time.monotonic() - t0 < 60
+    meta = results(out)
+    assert meta["end"] == {"kind": "timed-out", "why": "the run did not end within --run-timeout=5 s"}
+    assert meta["verdict"].startswith("TIMED OUT") and "test_tiny.py::test_case[c5]" in meta["not_reported_ids"]
+    assert "test_tiny.py::test_case[c5]" not in states(out)    # never reported: never "passed"
+    assert "TIMED OUT" in (out / "matrix.md").read_text() and (out / "junit.xml").is_file()
+    assert "verdict: TIMED OUT" in cp.stdout
+
+
+def test_an_interrupted_run_says_interrupted(tmp_path):
+    root = make_tree(tmp_path / "t", f'''
+        import time, pytest
+        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(10)])
+        def test_case(case):
+            if case == "c3":
+                open({str(tmp_path / "started")!r}, "w").close()
+                time.sleep(600)
+    ''')
+    out = tmp_path / "out"
+    import os
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, text[-3000:]
+    meta = results(out)
+    assert meta["end"]["kind"] == "interrupted" and meta["verdict"].startswith("INTERRUPTED"), meta["verdict"]
+    assert "NOTHING PASSED" not in (out / "matrix.md").read_text()
+
+
+GPU_TREE = '''
+    def test_on_the_gpu(gpu):
+        pass
+
+    def test_host_side():
+        pass
+'''
+
+
+@pytest.mark.skipif(USABLE > 0, reason="this machine has a GPU: the run measures it")
+def test_no_gpu_is_not_measured_never_pass(tmp_path):
+    """Without a usable GPU the GPU cases skip and the run exits 0 (CI on a CPU machine
+    keeps working), but its verdict says the conformance was not measured."""
+    out = tmp_path / "out"
+    cp = pytest_run(make_tree(tmp_path / "t", GPU_TREE), "-n", "2", f"--report-dir={out}")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    meta = results(out)
+    assert meta["verdict"].startswith("NOT MEASURED: no usable GPU"), meta["verdict"]
+    assert states(out)[NODE] == "skipped"
+    md = (out / "matrix.md").read_text()
+    assert "NOT MEASURED" in md and "PASS" not in md.split("## Summary")[0]
+    assert "verdict: NOT MEASURED" in cp.stdout
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_fewer_gpus_than_required_fail_the_run(tmp_path, how):
+    need = USABLE + 1
+    out = tmp_path / "out"
+    args = ["-n", "2", f"--report-dir={out}"]
+    env = {}
+    if how == "option":
+        args.append(f"--require-gpus={need}")
+    else:
+        env["TMA_REQUIRE_GPUS"] = str(need)
+    # -k selects nothing of the node: its case is reported whatever the selection
+    cp = pytest_run(make_tree(tmp_path / "t", GPU_TREE), *args, "-k", "host_side", env=env)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    node = {c["id"]: c for c in results(out)["cases"]}[NODE]
+    assert node["state"] == "failed" and node["rule"] == "run.usable-gpus", node
+    assert f"--require-gpus={need}: {USABLE} usable GPU(s)" in node["message"]
+    assert results(out)["verdict"].startswith("FAIL")
+    assert f"--require-gpus={need}" in cp.stdout
+
+
+class _Config:
+    def __init__(self, require=None):
+        self.require = require
+
+    def getoption(self, name):
+        return {"require_gpus": self.require}[name]
+
+
+@pytest.mark.parametrize("require,traces,state,want", [
+    (None, ["/dev/nvidiactl"], cuda_env.DriverState(False, "no usable CUDA driver: cuInit returned "
+                                                           "CUDA_ERROR_NO_DEVICE"), "failed"),
+    ("0", ["/dev/nvidiactl"], cuda_env.DriverState(False, "cuInit returned CUDA_ERROR_NO_DEVICE"), "skipped"),
+    (None, [], cuda_env.DriverState(False, "no CUDA driver: libcuda.so.1 missing"), "skipped"),
+    (None, ["/proc/driver/nvidia/version"], cuda_env.DriverState(
+        False, "no GPU with tensor maps", 13000, (cuda_env.DeviceInfo(0, "A100", (8, 0)),)), "skipped"),
+    ("1", [], cuda_env.DriverState(True, "", 13000, (cuda_env.DeviceInfo(0, "H100", (9, 0)),)), "passed"),
+    ("2", [], cuda_env.DriverState(True, "", 13000, (cuda_env.DeviceInfo(0, "H100", (9, 0)),)), "failed"),
+])
+def test_node_check(monkeypatch, require, traces, state, want):
+    """Where the NVIDIA device nodes or proc entry exist but CUDA cannot initialize, the
+    node fails by default (--require-gpus=0 accepts it); GPUs without tensor maps are
+    not a broken node (NOT MEASURED); --require-gpus=N counts GPUs with tensor maps."""
+    from fixtures import plugin
+    monkeypatch.delenv("TMA_REQUIRE_GPUS", raising=False)
+    monkeypatch.setattr(cuda_env, "probe", lambda: state)
+    monkeypatch.setattr(cuda_env, "driver_traces", lambda: traces)
+    outcome, message = plugin.node_check(_Config(require))
+    assert outcome == want, message
+    if outcome == "failed" and require is None:
+        assert "/dev/nvidiactl" in message and "cuInit" in message
+
+
+def test_a_reused_report_folder_shows_only_this_run(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("results.json", "map_layout.json", "matrix.md", "environment.json", "junit.xml"):
+        (out / name).write_text('{"stale": true}')
+    cp = pytest_run(make_tree(tmp_path / "t", "def test_ok():\n    pass\n"), f"--report-dir={out}")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert not (out / "map_layout.json").exists()
+    env = (out / "environment.json").read_text()
+    assert "stale" not in env and "no map_layout.json" in env
+    assert "test_tiny.py::test_ok" in states(out) and "stale" not in (out / "junit.xml").read_text()
