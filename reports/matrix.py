@@ -129,7 +129,9 @@ def _known_section(run: Run) -> Section:
                      link_cell(e.get("evidence", "") or "-"), Cell(e.get("pattern", "-"), "mono"), Cell(shown, cls)])
     sec.tables.append(Table(["id", "mode", "reason", "evidence", "pattern", "cases here"], rows))
     sec.paragraphs.append("A known issue whose case now passes shows as failed (strict xfail): the entry "
-                          "no longer matches the stack and must be narrowed or removed.")
+                          "no longer matches the stack and must be narrowed or removed. A case that fails "
+                          "otherwise than its entry's signature (rule, match) describes shows as failed too: "
+                          "an entry absorbs only the failure it describes.")
     return sec
 
 

@@ -77,6 +77,19 @@ def extract_rule(message: str | None) -> str | None:
     return None
 
 
+def error_segments(message: str | None) -> list[tuple[str | None, str]]:
+    """A failure message as its errors: split before each ``[rule R]`` tag, (R, text).
+    Text before the first tag belongs to no error; a message without tags is one error
+    whose rule is unknown (None)."""
+    if not message:
+        return []
+    tags = list(_RULE_RES[0].finditer(message))
+    if not tags:
+        return [(None, message)]
+    ends = [m.start() for m in tags[1:]] + [len(message)]
+    return [(m.group(1).rstrip(".:,;"), message[m.start():end]) for m, end in zip(tags, ends)]
+
+
 def parse_known(text: str | None) -> dict | None:
     """``known-issue KI-1: reason [evidence: link]`` -> dict, else None."""
     if not text:
@@ -194,7 +207,9 @@ def run_verdict(run: "Run") -> Verdict:
     if end.get("kind") == "timed-out":
         return Verdict("TIMED OUT", f"TIMED OUT: {end.get('why', '')} ({tally})", "bad")
     if end.get("kind") == "interrupted" or status == EXIT_INTERRUPTED:
-        why = end.get("why") or "the run was interrupted"
+        uncollected = sum(1 for r in run.cases.values() if r.phase == "collect")
+        why = end.get("why") or (f"pytest stopped at {uncollected} collection error(s)" if uncollected
+                                 else "the run was interrupted")
         return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
     if status == EXIT_INTERNAL:
         return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")

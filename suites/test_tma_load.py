@@ -178,7 +178,8 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     diff = np.flatnonzero(got != want)
     written = int((got != tma_model.POISON).sum())
     assert diff.size == 0, (
-        f"{case_id}: the hardware disagrees with seed 004: by its sentence the box holds "
+        f"[rule tma-load.box-elements] {case_id}: the hardware disagrees with seed 004: by its "
+        f"sentence the box holds "
         f"{doc_counts} elements of {p.esize} bytes = {tma_model.documented_tx_bytes(p)} "
         f"bytes; shared memory differs from that in {diff.size} bytes (first at "
         f"{int(diff[0])}) and about {written} bytes were written.  Measured on the H200 "

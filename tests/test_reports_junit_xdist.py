@@ -51,6 +51,12 @@ def test_known_fails():
 def test_known_passes():
     pass
 
+def test_known_fails_otherwise():
+    assert False, "[rule R-9] an unrelated failure"
+
+def test_known_one_of_two_errors():
+    raise AssertionError("[rule R-1] the known bits differ\\n[rule R-1] and the tile is wrong")
+
 def test_known_skip():
     raise RuntimeError("would hang")
 
@@ -67,12 +73,14 @@ id = "KI-1"
 pattern = "test_tiny.py::test_known_fails"
 reason = "fails on this stack"
 evidence = "https://example.invalid/issue/1"
+match = "still broken"
 
 [[issue]]
 id = "KI-2"
 pattern = "test_tiny.py::test_known_passes"
 reason = "was broken"
 evidence = "measured"
+rule = "R-2"
 
 [[issue]]
 id = "KI-3"
@@ -86,12 +94,14 @@ id = "KI-4"
 pattern = "test_tiny.py::test_gone*"
 reason = "stale"
 evidence = "x"
+match = "x"
 
 [[issue]]
 id = "KI-5"
 pattern = "test_tiny.py::test_pass"
 reason = "only on a future driver"
 evidence = "x"
+match = "x"
 driver_min = 999999
 
 [[issue]]
@@ -99,13 +109,30 @@ id = "KI-6"
 pattern = "test_other_file.py::x"
 reason = "another file, not collected here"
 evidence = "x"
+match = "x"
 
 [[issue]]
 id = "KI-7"
 pattern = "test_tiny.py::test_only_in_the_full_sweep"
 reason = "a case of the full sweep; this run is the standard one"
 evidence = "x"
+match = "x"
 sweeps = ["full"]
+
+[[issue]]
+id = "KI-8"
+pattern = "test_tiny.py::test_known_fails_otherwise"
+reason = "the known bits differ"
+evidence = "x"
+rule = "R-1"
+
+[[issue]]
+id = "KI-9"
+pattern = "test_tiny.py::test_known_one_of_two_errors"
+reason = "the known bits differ"
+evidence = "x"
+rule = "R-1"
+match = "known bits"
 '''
 
 EXPECTED = {
@@ -119,6 +146,8 @@ EXPECTED = {
     "test_tiny.py::test_known_fails": "known-issue",
     "test_tiny.py::test_known_passes": "failed",
     "test_tiny.py::test_known_skip": "known-issue",
+    "test_tiny.py::test_known_fails_otherwise": "failed",
+    "test_tiny.py::test_known_one_of_two_errors": "failed",
     "test_tiny.py::test_param[f16-rank2-swz128]": "passed",
     "test_tiny.py::test_param[f32-rank3-swz0]": "passed",
 }
@@ -193,6 +222,12 @@ def test_messages_name_state_rule_and_case(xdist_run):
     assert tag == "failure" and "[XPASS(strict)]" in m and "known-issue KI-2" in m and "no longer" in m
     assert msgs["test_known_skip"][2].startswith("known-issue KI-3: hangs the GPU")
     assert msgs["test_skip_two"] == ("skipped", "pytest.skip", "needs 2 GPUs with tensor maps, found 1")
+    # a known issue absorbs only the failure it describes, and says so when it does not
+    tag, _, m = msgs["test_known_fails_otherwise"]
+    assert tag == "failure" and m.startswith("[case test_known_fails_otherwise] AssertionError: [rule R-9]"), m
+    assert "an unrelated failure" in m and "not known issue KI-8" in m and "rule R-1" in m
+    tag, _, m = msgs["test_known_one_of_two_errors"]
+    assert tag == "failure" and "not known issue KI-9" in m and "'known bits'" in m, m
 
 
 def test_results_json_states(xdist_run):

@@ -15,6 +15,8 @@ id = "KI-1"
 pattern = "suites/test_host_encode.py::test_rule[tiled-rank1-*]"
 reason = "rank 1 with an empty globalStrides list is rejected"
 evidence = "FINDINGS.md: measured on 580 / H200"
+rule = "accepts-valid"
+match = "driver: CUDA_ERROR_INVALID_VALUE"
 
 [[issue]]
 id = "KI-2"
@@ -56,7 +58,7 @@ def test_pattern_brackets_are_literal():
     assert not a.matches("suites/test_host_encode.py::test_rule[tiled-rank2-nostrides]")
     assert not a.matches("suites/test_host_encode.py::test_rule")
     assert not a.matches("xsuites/test_host_encode.py::test_rule[tiled-rank1-a]")   # whole id
-    (e,) = parse('schema = 1\n[[issue]]\nid="a"\npattern="t.py::x[?]"\nreason="r"\nevidence="e"\n', "x")
+    (e,) = parse('schema = 1\n[[issue]]\nid="a"\npattern="t.py::x[?]"\nreason="r"\nevidence="e"\nrule="r"\n', "x")
     assert e.matches("t.py::x[1]") and not e.matches("t.py::x[12]")
 
 
@@ -75,7 +77,7 @@ def test_conditions():
     assert not ok and "arch" in why
 
 
-HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidence = "e"\n'
+HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidence = "e"\nrule = "R"\n'
 
 
 @pytest.mark.parametrize("text,problem", [
@@ -97,6 +99,10 @@ HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidenc
     (HEAD + 'compute_capability = ["90"]\n', "compute_capability"),
     (HEAD + 'arch = ["sm90a"]\n', "'arch' must be a list"),
     (HEAD + HEAD.replace("schema = 1\n", ""), "duplicate id 'KI-1'"),
+    (HEAD.replace('rule = "R"\n', ""), "an xfail entry needs the signature of its failure"),
+    (HEAD + 'match = "(unclosed"\n', "'match' must be a regular expression"),
+    (HEAD.replace('rule = "R"\n', 'rule = [1]\n'), "'rule' must be a rule id or a list"),
+    (HEAD + 'mode = "skip"\n', "a skip entry does not run its case"),
 ])
 def test_bad_files_name_the_file_and_the_problem(tmp_path, text, problem):
     p = tmp_path / "bad_known.toml"
@@ -111,3 +117,22 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, text, problem):
 def test_missing_file(tmp_path):
     with pytest.raises(KnownIssuesError, match="no such file"):
         load(tmp_path / "nope.toml")
+
+
+def test_signature_absorbs_only_the_described_failure():
+    """Every error of a failure must name one of the entry's rules and contain its
+    match; a failure with another rule, another message, or one more error is not it."""
+    (e,) = parse(HEAD.replace('rule = "R"', 'rule = ["R-1", "R-2"]\nmatch = "w1\\\\[16\\\\]|trapped"'), "x")
+    assert e.explains("[rule R-1] bit w1[16] differs") == (True, "")
+    assert e.explains("case x:\n  [rule R-1] bit w1[16] differs\n  [rule R-2] the device map trapped")[0]
+    ok, why = e.explains("[rule R-1] bit w1[16] differs\n  [rule R-3] the tile is wrong")
+    assert not ok and "rule R-3" in why
+    ok, why = e.explains("[rule R-1] bit w1[16] differs\n  [rule R-2] the tile is wrong")
+    assert not ok and "does not" in why
+    ok, why = e.explains("AssertionError: something else")
+    assert not ok and "no rule" in why
+    assert e.explains("bit w1[16] differs", rule="R-2")[0]          # the case's own rule
+    (m,) = parse(HEAD.replace('rule = "R"', 'match = "driver: CUDA_SUCCESS"'), "x")
+    assert m.explains("[rule: map.align64] x: the driver and the documented rules disagree\n"
+                      "  driver: CUDA_SUCCESS")[0]
+    assert not m.explains("[rule: map.align64] x\n  driver: CUDA_ERROR_INVALID_VALUE")[0]
