@@ -306,8 +306,12 @@ def test_encode_is_deterministic(valid_params, gpu, alloc):
     assert b.ok and a.map_bytes == b.map_bytes, (
         f"two encodes of the same parameters differ:\n  {a.map_bytes.hex()}\n  "
         f"{b.map_bytes.hex() if b.map_bytes else b.status_name}")
-    c = encode_params(valid_params, alloc, map_offset=64) if valid_params.map_offset == 0 else None
-    if c is not None and c.ok:
+    if valid_params.map_offset == 0:
+        # seed 004: "tensorMap address must be aligned to 64 bytes": 64 is, and the map's
+        # own address is not one of its parameters
+        c = encode_params(valid_params, alloc, map_offset=64)
+        assert c.ok, (f"[rule: map.align64] a valid map written at a 64-byte aligned address "
+                      f"(offset 64) was rejected: {c.status_name} {_params_text(valid_params)}")
         assert c.map_bytes == a.map_bytes, "the map's own address changed its bytes"
 
 

@@ -3,10 +3,13 @@
 Cases come from fixtures/tma_cases.py: data type x swizzle x interleave x OOB fill x
 rank, with element strides and coordinate sets (interior, straddling each edge,
 negative, fully outside).  Each case is its own test id, but the GPU work runs in
-batches: the first test of a batch (up to BATCH cases of one rank and one bucket of
-fixtures.batching, which the xdist scheduler keeps on one worker) launches ``tma_load_batch`` once for all of them (one block per case) and the
-results are kept for the others.  Each test then compares its own shared-memory
-bytes with the model.
+batches: the first test of a batch (up to 512 cases of one rank and one bucket of
+fixtures.batching, which the xdist scheduler keeps on one worker) launches
+``tma_load_batch`` once for all of them (one block per case), in the worker's isolated
+child, and the results are kept for the others.  A batch that traps is run again one
+case at a time until the trapping case is found: it fails, naming the trap, and the
+rest of the batch runs on (fixtures.isolation.run_contained).  Each test then
+compares its own shared-memory bytes with the model.
 
 Cases that must trap (FINDINGS.md: unaligned inner coordinate) run one by one in a
 child process (fixtures.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
@@ -21,11 +24,8 @@ import pytest
 from fixtures import status as st
 from fixtures import tma_cases, tma_model
 from fixtures.enums import DataType, Interleave, OobFill, Swizzle, short
-from fixtures.batching import bucket
 from fixtures.isolation import run_isolated
-from fixtures.tma_probes import run_batch
-
-BATCH = 512
+from fixtures.tma_probes import LoadBatches
 
 
 def _level(config) -> str:
@@ -41,57 +41,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("trap_case", cases, ids=[c.id for c in cases])
 
 
-class Batches:
-    """Runs the data cases of this sweep level in batches, on demand, and keeps
-    the results: a batch is launched by the first of its tests that runs."""
-
-    def __init__(self, level, gpu, kernels, selected=None):
-        self.gpu, self.kernels = gpu, kernels
-        cases = [c for c in tma_cases.generate(level) if c.expect == "data"
-                 and (selected is None or c.id in selected)]
-        # A batch: the cases of one bucket (fixtures.batching: the xdist scheduler
-        # keeps a bucket on one worker) and one rank, at most BATCH of them.
-        groups: dict[tuple, list] = {}
-        for c in cases:
-            groups.setdefault((bucket(c.id), c.rank), []).append(c)
-        self.batch_of: dict[str, tuple] = {}
-        self.members: dict[tuple, list] = {}
-        for (b, rank), mine in groups.items():
-            for k in range(0, len(mine), BATCH):
-                key = (rank, b, k // BATCH)
-                self.members[key] = mine[k:k + BATCH]
-                for c in mine[k:k + BATCH]:
-                    self.batch_of[c.id] = key
-        self.results: dict[str, object] = {}
-        self.errors: dict[tuple, str] = {}
-        self.launches = 0
-
-    def result(self, case):
-        key = self.batch_of[case.id]
-        if key in self.errors:
-            raise AssertionError(f"{case.id}: its batch (rank {key[0]}, bucket {key[1]}, "
-                                 f"{len(self.members[key])} cases) failed: {self.errors[key]}")
-        if case.id not in self.results:
-            self.gpu.activate()
-            module = self.kernels.load("tma_load.cu")
-            try:
-                runs = run_batch(module, self.members[key])
-            except Exception as exc:      # e.g. a trap: the context is gone
-                self.errors[key] = f"{type(exc).__name__}: {exc}"
-                raise
-            for run in runs:
-                self.results[run.case_id] = run
-            self.launches += 1
-        return self.results[case.id]
-
-
 @pytest.fixture(scope="module")
 def tma_batches(request, gpu, kernels):
     # only the cases this session collected (-k, --deselect): a batch never
     # launches work no test will look at
     selected = {item.callspec.params["load_case"].id for item in request.session.items
                 if hasattr(item, "callspec") and "load_case" in item.callspec.params}
-    return Batches(_level(request.config), gpu, kernels, selected)
+    return LoadBatches(gpu, kernels, [c for c in tma_cases.generate(_level(request.config))
+                                      if c.expect == "data" and c.id in selected])
 
 
 def _elem_hex(buf: bytes, off: int, esize: int) -> str:
@@ -133,13 +90,13 @@ def test_tma_load(load_case, tma_batches):
         f"the documented rules (seed 004) allow")
     assert run.status == st.OK, f"{load_case.id}: kernel status {st.describe(run.status)}"
     assert run.global_intact, f"{load_case.id}: the load changed global memory: {run.global_note}"
-    want = tma_model.load(load_case.load, run.pool, run.tensor_base)
+    want = tma_model.load(load_case.load, tma_cases.global_bytes(load_case), 0)
     assert want.kind == "data"
     assert run.image == want.data, _mismatch_message(load_case, run.image, want.data)
 
 
 _SEED004 = {c.id: c for c in tma_cases.seed004_count_cases()}
-_seed004_runs: dict = {}
+_seed004_runs: LoadBatches | None = None
 _SEED004_EXTRA = 4096
 
 
@@ -158,20 +115,17 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     count no load reaches) must put exactly those elements in shared memory,
     rows dense.  Non-interleaved controls must pass; interleaved boxes on the
     H200 do not (tma_model.INTERLEAVE_EVIDENCE)."""
-    if not _seed004_runs:
-        gpu.activate()
-        module = kernels.load("tma_load.cu")
-        for rank in sorted({c.rank for c in _SEED004.values()}):
-            mine = [c for c in _SEED004.values() if c.rank == rank]
-            for run in run_batch(module, mine, tx_override=(1 << 20) - 1,
-                                 timeout_ns=5_000_000, extra_copy=_SEED004_EXTRA):
-                _seed004_runs[run.case_id] = run
-    case, run = _SEED004[case_id], _seed004_runs[case_id]
+    global _seed004_runs
+    if _seed004_runs is None:
+        _seed004_runs = LoadBatches(gpu, kernels, list(_SEED004.values()),
+                                    tx_override=(1 << 20) - 1, timeout_ns=5_000_000,
+                                    extra_copy=_SEED004_EXTRA)
+    case, run = _SEED004[case_id], _seed004_runs.result(_SEED004[case_id])
     p = case.load
     assert run.encode_status == "CUDA_SUCCESS", f"{case_id}: encode {run.encode_status}"
     assert run.status == st.TIMEOUT, f"{case_id}: the unreachable byte count was reached?"
     with tma_model.documented_semantics():
-        doc = tma_model.load(p, run.pool, run.tensor_base).data
+        doc = tma_model.load(p, tma_cases.global_bytes(case), 0).data
         doc_counts = tma_model.box_counts(p)
     n = max(len(doc), len(run.image))
     got, want = _padded(run.image, n), _padded(doc, n)
@@ -193,6 +147,7 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     why = tma_model.trap_reason(trap_case.load)
     assert why, f"{trap_case.id}: the model does not call this case a trap"
+    kernels.build("tma_load.cu", arch=gpu.arch)     # a build failure is "could not build"
     out = run_isolated("fixtures.tma_probes:trap_target", trap_case.params(), gpu.arch,
                        str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
     assert out.kind == "cuda_error", (
@@ -224,6 +179,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
     the model's tile. Runs alone in a child process, since a trap kills the context."""
     from fixtures import device_encode as de
+    kernels.build(de.KERNEL_SOURCE, arch=gpu.arch)  # a build failure is "could not build"
     out = run_isolated("fixtures.tma_probes:large_dim_target", int(dtype), dims, strides, box,
                        gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
     rule = ("[rule tma-load.global-dim-range] seed 004: \"globalDim array, which specifies "

@@ -33,3 +33,23 @@ def crash():
 
 def hang():
     time.sleep(60)
+
+
+def batch(keys, trap=(), hang=(), crash=(), together=()):
+    """A batch of cases: any of ``trap`` traps (and poisons the child), ``hang`` hangs,
+    ``crash`` kills the child; ``together`` traps only when all of it runs in one call."""
+    if together and set(together) <= set(keys):
+        return poison_with_error()
+    for k in keys:
+        if k in trap:
+            return poison_with_error()
+        if k in hang:
+            time.sleep(60)
+        if k in crash:
+            os._exit(3)
+    return {k: f"ran {k}" for k in keys}
+
+
+def poison_with_error():
+    poison()
+    cuda_fault()

@@ -63,3 +63,39 @@ def test_timeout_kills_the_child(runner):
 def test_target_must_name_a_function():
     with pytest.raises(ValueError, match="module:function"):
         run_isolated("isolation_targets.add")
+
+
+# run_contained: a fault names its own case only
+def contained(runner, keys, **faults):
+    from fixtures.isolation import run_contained
+    return run_contained(keys, lambda ids: call(runner, "batch", ids, timeout=3.0, **faults))
+
+
+KEYS = [f"c{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("kind,words", [("trap", "it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+                                        ("hang", "it hung"), ("crash", "the isolated child died")])
+def test_a_fault_in_a_batch_fails_its_own_case_only(runner, kind, words):
+    results, why = contained(runner, KEYS, **{kind: ["c3"]})
+    assert list(why) == ["c3"] and words in why["c3"], why
+    assert results == {k: f"ran {k}" for k in KEYS if k != "c3"}
+
+
+def test_two_faults_in_a_batch(runner):
+    results, why = contained(runner, KEYS, trap=["c1", "c6"])
+    assert sorted(why) == ["c1", "c6"] and set(results) == set(KEYS) - {"c1", "c6"}
+
+
+def test_a_fault_of_the_batch_alone_fails_all_of_it_and_says_so(runner):
+    results, why = contained(runner, KEYS, together=["c2", "c5"])
+    assert not results and set(why) == set(KEYS)
+    assert "no case faults alone" in why["c0"]
+
+
+def test_faults_are_bounded(runner):
+    from fixtures.isolation import run_contained
+    results, why = run_contained(KEYS, lambda ids: call(runner, "batch", ids, trap=KEYS[:4]),
+                                 max_faults=2)
+    assert set(why) == set(KEYS) and not results
+    assert "not run: 2 cases of its batch faulted already (last: c1)" in why["c2"]
