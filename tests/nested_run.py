@@ -29,8 +29,14 @@ def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = 
     for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
         e.pop(k, None)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e,
-                          capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise AssertionError(f"pytest {' '.join(args)} did not end within {timeout:g} s; its output:\n"
+                             f"{out[-6000:]}\n--- stderr ---\n{err[-3000:]}") from None
 
 
 def results(folder: Path) -> dict:

@@ -70,8 +70,10 @@ def test_a_hanging_load_fails_its_own_case_naming_the_timeout(gpu, kernels):
     naming the timeout, and the others of its batch load the model's tile."""
     cases = one_batch(3)
     hang = cases[1]
+    # (1 << 20) - 1: the largest count an mbarrier takes (one more traps); no load of
+    # these cases delivers that many bytes, and the wait's bound is ~146 years
     b = LoadBatches(gpu, kernels, cases, call_timeout=15.0,
-                    tx_override={hang.id: 1 << 20}, timeout_ns=1 << 62)
+                    tx_override={hang.id: (1 << 20) - 1}, timeout_ns=1 << 62)
     with pytest.raises(AssertionError, match="it hung: no answer from fixtures.tma_probes:batch_target "
                                              "within 15 s"):
         b.result(hang)
