@@ -1,14 +1,9 @@
 """Batch buckets and the xdist scheduler that keeps a bucket on one worker."""
-import json
-import subprocess
-import sys
-import textwrap
 from collections import defaultdict
-from pathlib import Path
 
 from fixtures.batching import BUCKETS, bucket, scope_of
 
-ROOT = Path(__file__).resolve().parent.parent
+from nested_run import make_tree, pytest_run
 
 
 def test_bucket_is_stable_and_in_range():
@@ -24,20 +19,16 @@ def test_scope_of():
 
 
 def test_each_bucket_runs_on_one_worker_and_ids_stay_clean(tmp_path):
-    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     log = tmp_path / "log"
     log.mkdir()
-    (tmp_path / "test_b.py").write_text(textwrap.dedent(f'''
+    root = make_tree(tmp_path / "t", f'''
         import os, pytest
         @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(200)])
         def test_case(case):
             open(os.path.join({str(log)!r}, case), "w").write(os.environ["PYTEST_XDIST_WORKER"])
-    '''))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "-q", "--junitxml",
-                        str(tmp_path / "j.xml"), "--report-dir", str(tmp_path / "rep")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    ''')
+    r = pytest_run(root, "-n", "3", "-q", f"--junitxml={tmp_path / 'j.xml'}",
+                   f"--report-dir={tmp_path / 'rep'}", timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     workers = defaultdict(set)
     for f in log.iterdir():
