@@ -49,6 +49,7 @@ SETUP_FAULTS = {
     "require-gpus": (["--require-gpus=two"], {}, "ERROR: --require-gpus='two': expected a number of GPUs"),
     "require-gpus-env": ([], {"TMA_REQUIRE_GPUS": "-1"}, "ERROR: TMA_REQUIRE_GPUS='-1': expected a number of GPUs"),
     "run-timeout": (["--run-timeout=soon"], {}, "ERROR: --run-timeout='soon': expected seconds"),
+    "run-timeout-nan": (["--run-timeout=nan"], {}, "ERROR: --run-timeout='nan': expected seconds"),
 }
 
 
