@@ -39,7 +39,7 @@ MAX_LIST = 100
 _IGNORED_ENV = {"tmac.run_id", "tmac.command"}
 _ENV_GROUPS = [
     ("driver", re.compile(r"^tmac\.driver\.")),
-    ("toolkit", re.compile(r"^tmac\.(cuda_runtime|nvrtc|cccl|nvcc|package)")),
+    ("toolkit", re.compile(r"^tmac\.(cuda_runtime|nvrtc|cccl|cuda_headers|nvcc|package)")),
     ("GPU", re.compile(r"^tmac\.(gpu|gpus|gpu_count|peer_access|cuda_visible_devices)")),
     ("map layout", re.compile(r"^tmac\.map_layout")),
     ("system", re.compile(r"^tmac\.(os|python|host)")),

@@ -166,45 +166,6 @@ def probe_runtime() -> object:
     return _unavailable("; ".join(errors))
 
 
-def probe_nvrtc() -> object:
-    path = None
-    errors = []
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-        path = load_nvidia_dynamic_lib("nvrtc").abs_path
-    except Exception as e:
-        errors.append(f"cuda.pathfinder: {type(e).__name__}: {e}")
-    names = [path] if path else []
-    names += ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-    lib = None
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-            path = name if path is None else path
-            break
-        except OSError as e:
-            errors.append(f"{name}: {e}")
-    if lib is None:
-        return _unavailable("; ".join(errors))
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
-        return _unavailable("nvrtcVersion failed")
-    if not path.startswith("/"):
-        path = _resolved_path(lib) or path
-    return {"version": f"{major.value}.{minor.value}", "library": path}
-
-
-def _resolved_path(lib) -> str | None:
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            for line in f:
-                if "libnvrtc" in line and "/" in line:
-                    return line[line.index("/"):].strip()
-    except OSError:
-        pass
-    return None
-
-
 def main() -> int:
     out = {}
     try:
@@ -217,10 +178,6 @@ def main() -> int:
     except Exception as e:
         out["kernel_module_version"] = _unavailable(f"{type(e).__name__}: {e}")
     out["cuda_runtime"] = probe_runtime()
-    try:
-        out["nvrtc"] = probe_nvrtc()
-    except Exception as e:
-        out["nvrtc"] = _unavailable(f"{type(e).__name__}: {e}")
     json.dump(out, sys.stdout)
     return 0
 

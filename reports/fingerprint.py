@@ -1,16 +1,21 @@
-"""The environment fingerprint of a run (``environment.json``, schema ``tmac-environment/1``).
+"""The environment fingerprint of a run (``environment.json``, schema ``tmac-environment/2``).
 
 Written once per run by the pytest controller (``fixtures.reporting``). Every
 value that cannot be read is the string ``"unavailable: <reason>"``, never a
 missing key, so that parsers can rely on the keys of a schema version.
 
-Keys (schema 1):
+Keys (schema 2; schema 1 had no cuda_headers and builds, and searched for CCCL itself):
   schema, run_id, created (UTC ISO), host, role ("controller"),
   command {argv, cwd, invocation_args, xdist_workers}, sweep, arch_option,
   driver {cuda_driver_version (cuDriverGetVersion int), kernel_module_version
           (e.g. "580.65.06", from NVML)},
-  cuda_runtime {version, source}, nvrtc {version, library},
-  cccl {version, include}, nvcc {path, version},
+  cuda_runtime {version, source},
+  nvrtc {version, library, origin, package}, cccl {version, include, origin, chosen_by},
+  cuda_headers {version, include}, toolchain (their one-line summary): the toolchain
+  every build of the run used, as the
+  harness resolved it (``fixtures.toolchain``), never a separate search;
+  builds [{toolchain, builds, nvrtc, cccl, kernels}]: what the builds of the run report
+  they used (written at the end of the run), nvcc {path, version},
   packages {name: version or "unavailable: ..."},
   gpus [{ordinal, name, uuid, compute_capability, arch, memory_bytes, pci_bus_id}],
   peer_access {ordinals, matrix}, cuda_visible_devices,
@@ -73,7 +78,7 @@ def probe_driver(timeout: float = PROBE_TIMEOUT_S) -> dict:
     except subprocess.TimeoutExpired:
         r = unavailable(f"driver probe timed out after {timeout:.0f} s")
         return {"cuda_driver_version": r, "gpus": r, "peer_access": r, "kernel_module_version": r,
-                "cuda_runtime": r, "nvrtc": r}
+                "cuda_runtime": r}
     try:
         data = json.loads(cp.stdout)
         if not isinstance(data, dict):
@@ -83,38 +88,7 @@ def probe_driver(timeout: float = PROBE_TIMEOUT_S) -> dict:
         tail = (cp.stderr or cp.stdout or "").strip().splitlines()[-1:] or ["no output"]
         r = unavailable(f"driver probe exited {cp.returncode}: {tail[0][:300]}")
         return {"cuda_driver_version": r, "gpus": r, "peer_access": r, "kernel_module_version": r,
-                "cuda_runtime": r, "nvrtc": r}
-
-
-def cccl_info() -> object:
-    """CCCL include folder and version: the harness's choice when it says, else a search."""
-    include = None
-    try:  # the harness decides which CCCL the kernels build with
-        from fixtures import cccl as _cccl  # type: ignore
-        found = _cccl.find()
-        return {"version": found.version, "include": found.path, "chosen_by": f"fixtures.cccl ({found.source})"}
-    except Exception as e:  # no harness here, or it found none: search the usual places
-        harness_said = f"{type(e).__name__}: {e}"
-    candidates = [include] if include else []
-    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
-        candidates.append(os.path.join(os.environ.get("CUDA_HOME") or os.environ["CUDA_PATH"], "include", "cccl"))
-    candidates.append("/usr/local/cuda/include/cccl")
-    try:
-        for f in md.files("nvidia-cuda-cccl") or []:
-            if str(f).endswith("cuda/std/__cccl/version.h"):
-                candidates.append(str(Path(f.locate()).parents[3]))
-                break
-    except md.PackageNotFoundError:
-        pass
-    for inc in candidates:
-        vh = Path(inc) / "cuda" / "std" / "__cccl" / "version.h"
-        if vh.is_file():
-            m = re.search(r"#define\s+CCCL_VERSION\s+(\d+)", vh.read_text(errors="replace"))
-            if m:
-                v = int(m.group(1))
-                return {"version": f"{v // 1000000}.{(v // 1000) % 1000}.{v % 1000}", "include": str(inc),
-                        "chosen_by": "search"}
-    return unavailable(f"no CCCL headers found ({harness_said}; looked in: " + ", ".join(candidates) + ")")
+                "cuda_runtime": r}
 
 
 def nvcc_info() -> object:
@@ -157,8 +131,13 @@ def map_layout(report_dir: Path) -> object:
 
 
 def gather(*, run_id: str, report_dir: Path, argv: list[str], invocation_args: list[str],
-           sweep: object, arch_option: object, xdist_workers: object, known_issues: dict) -> dict:
+           sweep: object, arch_option: object, xdist_workers: object, known_issues: dict,
+           toolchain: dict | None = None) -> dict:
+    """``toolchain``: the ``nvrtc``, ``cccl`` and ``cuda_headers`` sections, from the
+    harness that builds the kernels (``fixtures.toolchain.describe()``)."""
     drv = probe_driver()
+    toolchain = toolchain or {}
+    none_given = unavailable("the harness named no toolchain")
     return {
         "schema": ENV_SCHEMA,
         "run_id": run_id,
@@ -172,8 +151,13 @@ def gather(*, run_id: str, report_dir: Path, argv: list[str], invocation_args: l
         "driver": {"cuda_driver_version": drv.get("cuda_driver_version", unavailable("probe gave nothing")),
                    "kernel_module_version": drv.get("kernel_module_version", unavailable("probe gave nothing"))},
         "cuda_runtime": drv.get("cuda_runtime", unavailable("probe gave nothing")),
-        "nvrtc": drv.get("nvrtc", unavailable("probe gave nothing")),
-        "cccl": cccl_info(),
+        # the toolchain the builds use, as the harness resolved it (fixtures.toolchain):
+        # never a search of its own that could disagree
+        "toolchain": toolchain.get("toolchain", none_given),
+        "nvrtc": toolchain.get("nvrtc", none_given),
+        "cccl": toolchain.get("cccl", none_given),
+        "cuda_headers": toolchain.get("cuda_headers", none_given),
+        "builds": unavailable("written at the end of the run, from the builds' results"),
         "nvcc": nvcc_info(),
         "packages": package_versions(),
         "gpus": drv.get("gpus", unavailable("probe gave nothing")),
@@ -209,13 +193,15 @@ def flatten(fp: dict) -> dict[str, str]:
     drv = fp.get("driver") or {}
     p["tmac.driver.cuda_driver_version"] = str(drv.get("cuda_driver_version"))
     p["tmac.driver.kernel_module_version"] = str(drv.get("kernel_module_version"))
-    for key in ("cuda_runtime", "nvrtc", "cccl", "nvcc"):
+    for key in ("cuda_runtime", "nvrtc", "cccl", "cuda_headers", "nvcc"):
         v = fp.get(key)
         if isinstance(v, dict):
             for kk, vv in v.items():
                 p[f"tmac.{key}.{kk}"] = str(vv)
         else:
             p[f"tmac.{key}"] = str(v)
+    p["tmac.toolchain"] = toolchain_line(fp)
+    p["tmac.builds"] = builds_line(fp.get("builds"))
     for name, v in (fp.get("packages") or {}).items():
         p[f"tmac.package.{name}"] = str(v)
     gpus = fp.get("gpus")
@@ -250,6 +236,7 @@ def flatten(fp: dict) -> dict[str, str]:
 
 # Properties whose change between two runs is a change of the stack under test.
 STACK_KEYS = re.compile(r"^tmac\.(driver\.|cuda_runtime|nvrtc\.version|nvrtc$|cccl\.version|cccl$|"
+                        r"cuda_headers\.version|cuda_headers$|"
                         r"nvcc\.version|nvcc$|package\.|gpu_count|gpu\.\d+\.(name|uuid|compute_capability|memory_bytes)|"
                         r"peer_access|os\.|python|map_layout\.sha256|known_issues\.sha256|sweep|arch_option)")
 
@@ -263,14 +250,14 @@ def essentials(fp: dict) -> list[str]:
         dline = f"driver {cdv}"
     else:
         dline = f"driver CUDA {_ver(cdv)} ({cdv})" + ("" if is_unavailable(kmv) else f", kernel module {kmv}")
+    tl = toolchain_line(fp)
     rt = fp.get("cuda_runtime")
-    nv = fp.get("nvrtc")
-    cc = fp.get("cccl")
     nvcc = fp.get("nvcc")
-    tl = [f"runtime {_ver(rt['version']) if isinstance(rt, dict) else rt}",
-          f"NVRTC {nv['version'] if isinstance(nv, dict) else nv}",
-          f"CCCL {cc['version'] if isinstance(cc, dict) else cc}",
-          f"nvcc {nvcc['version'] if isinstance(nvcc, dict) else 'not on PATH'}"]
+    src = rt.get("source", "") if isinstance(rt, dict) else ""
+    other = [f"CUDA runtime {_ver(rt['version']) if isinstance(rt, dict) else rt}"
+             + (" (CuPy's)" if src.startswith("cupy") else ""),
+             f"nvcc {nvcc['version'] if isinstance(nvcc, dict) else 'not on PATH'}"
+             + (" (only for the nvcc-vs-NVRTC case)" if isinstance(nvcc, dict) else "")]
     pk = fp.get("packages") or {}
     cupy = next((v for k, v in pk.items() if k.startswith("cupy")), "?")
     pl = (f"cuda-python {pk.get('cuda-python')}, cupy {cupy}, numpy {pk.get('numpy')}, "
@@ -292,7 +279,23 @@ def essentials(fp: dict) -> list[str]:
         gline = "GPUs: none visible"
     else:
         gline = f"GPUs: {gpus}"
-    return [dline, "toolchain: " + ", ".join(tl), "packages: " + pl, gline]
+    return [dline, "toolchain (every kernel build): " + tl, "also: " + ", ".join(other),
+            "packages: " + pl, gline]
+
+
+def toolchain_line(fp: dict) -> str:
+    """``NVRTC 13.5 (PyPI), CCCL 3.5.0 (PyPI), CUDA headers 13.5``, or why there is none."""
+    return str(fp.get("toolchain", unavailable("not recorded (environment schema 1)")))
+
+
+def builds_line(builds: object) -> str:
+    """What the run's builds used: ``10 builds: NVRTC 13.5 (PyPI), ...``; several
+    toolchains are each named (they should never be)."""
+    if not isinstance(builds, list):
+        return str(builds)
+    if not builds:
+        return "no kernel was built or read from the cache"
+    return "; ".join(f"{b.get('builds')} builds: {b.get('toolchain')}" for b in builds)
 
 
 def props_of(run) -> dict[str, str]:
@@ -343,6 +346,9 @@ def summary_rows(props: dict[str, str]) -> list[tuple[str, str]]:
         ("CUDA runtime", _with_ver(g("tmac.cuda_runtime.version", g("tmac.cuda_runtime")))),
         ("NVRTC", f"{g('tmac.nvrtc.version', g('tmac.nvrtc'))} {g('tmac.nvrtc.library', '')}".strip()),
         ("CCCL", f"{g('tmac.cccl.version', g('tmac.cccl'))} {g('tmac.cccl.include', '')}".strip()),
+        ("CUDA headers", f"{g('tmac.cuda_headers.version', g('tmac.cuda_headers'))} "
+                         f"{g('tmac.cuda_headers.include', '')}".strip()),
+        ("kernel builds", g("tmac.builds")),
         ("nvcc", f"{g('tmac.nvcc.version', g('tmac.nvcc'))} {g('tmac.nvcc.path', '')}".strip()),
     ]
     pk = {k[len("tmac.package."):]: v for k, v in props.items() if k.startswith("tmac.package.")}

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RESULTS_SCHEMA = "tmac-results/1"
-ENV_SCHEMA = "tmac-environment/1"
+ENV_SCHEMA = "tmac-environment/2"
 
 PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
 STATES = (PASSED, FAILED, KNOWN, SKIPPED, NOBUILD)

@@ -10,13 +10,20 @@ from reports.model import RESULTS_SCHEMA
 
 def env(driver=13000, kmv="580.65.06", gpu="NVIDIA H200", nvrtc="13.0", host="node1", layout_sha=None) -> dict:
     return {
-        "schema": "tmac-environment/1", "run_id": f"run-{host}", "host": host, "role": "controller",
+        "schema": "tmac-environment/2", "run_id": f"run-{host}", "host": host, "role": "controller",
         "command": {"argv": ["pytest"], "invocation_args": ["-n", "auto"], "cwd": "/x", "xdist_workers": "auto"},
         "sweep": "standard", "arch_option": None,
         "driver": {"cuda_driver_version": driver, "kernel_module_version": kmv},
         "cuda_runtime": {"version": 13000, "source": "cupy"},
-        "nvrtc": {"version": nvrtc, "library": "/usr/local/cuda/lib64/libnvrtc.so.13"},
-        "cccl": {"version": "3.0.1", "include": "/usr/local/cuda/include/cccl"},
+        "toolchain": f"NVRTC {nvrtc} (CUDA 13.0 toolkit), CCCL 3.0.1 (CUDA 13.0 toolkit), CUDA headers 13.0",
+        "nvrtc": {"version": nvrtc, "library": "/usr/local/cuda/lib64/libnvrtc.so.13",
+                  "origin": "CUDA 13.0 toolkit at /usr/local/cuda", "package": None},
+        "cccl": {"version": "3.0.1", "include": "/usr/local/cuda/include/cccl",
+                 "origin": "CUDA 13.0 toolkit at /usr/local/cuda", "chosen_by": "test"},
+        "cuda_headers": {"version": "13.0", "include": "/usr/local/cuda/include"},
+        "builds": [{"toolchain": f"NVRTC {nvrtc} (CUDA 13.0 toolkit), CCCL 3.0.1 (CUDA 13.0 toolkit), "
+                                 "CUDA headers 13.0", "builds": 4, "nvrtc": nvrtc, "cccl": "3.0.1",
+                    "kernels": ["tma_load.cu:sm_90a"]}],
         "nvcc": {"path": "/usr/local/cuda/bin/nvcc", "version": "13.0.48"},
         "packages": {"cuda-python": "13.0.0", "cupy-cuda13x": "14.2.0", "numpy": "2.3.0", "pytest": "9.0.0"},
         "gpus": [{"ordinal": 0, "name": gpu, "uuid": "GPU-0000", "compute_capability": "9.0", "arch": "sm_90a",

@@ -1,17 +1,20 @@
-"""Where the source documents are (not a test module)."""
+"""Where the source documents are (not a test module): the folder ``TMA_SEEDS`` names,
+holding the excerpts ``000_*.txt`` ... ``004_*.txt`` (README, "Self-tests")."""
 import os
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SEEDS = Path(os.environ.get("TMA_SEEDS", ROOT.parent / "shared" / "seeds"))
+SEEDS = Path(os.environ["TMA_SEEDS"]) if os.environ.get("TMA_SEEDS") else None
 
 
 def seed(prefix: str) -> str:
     """The text of the seed document whose name starts with ``prefix`` (e.g. "004")."""
+    if SEEDS is None:
+        pytest.skip("the source documents are not here: set TMA_SEEDS to their folder "
+                    "(README, 'Self-tests')")
     if not SEEDS.is_dir():
-        pytest.skip(f"source documents not found at {SEEDS} (set TMA_SEEDS)")
+        pytest.fail(f"TMA_SEEDS={SEEDS} is not a folder", pytrace=False)
     matches = sorted(SEEDS.glob(f"{prefix}_*.txt"))
     assert matches, f"no seed {prefix}_*.txt in {SEEDS}"
     return matches[0].read_text(encoding="utf-8", errors="replace")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import build, cccl
+from fixtures import build, toolchain
 
 KERNEL = """#include "inc.cuh"
 extern "C" __global__ void k(int* out) { out[threadIdx.x] = VALUE + HEADER_VALUE; }
@@ -49,11 +49,33 @@ def test_key_covers_options_and_included_headers(kdir, tmp_path, change):
     assert not again.cache_hit, f"changing the {change} must miss the cache"
 
 
-def test_key_covers_nvrtc_and_cccl_versions():
-    closure, opts = {"k.cu": "x"}, ["-arch"]
-    base = build.cache_key(closure, opts, (13, 0), "3.0.1")
-    assert base != build.cache_key(closure, opts, (13, 1), "3.0.1")
-    assert base != build.cache_key(closure, opts, (13, 0), "3.1.0")
+def test_key_covers_the_toolchain_but_no_path():
+    closure, opts = {"k.cu": "x"}, ["--gpu-architecture=sm_90a", "-I/checkout/a/kernels"]
+    tool = {"nvrtc": "nvidia-cuda-nvrtc 13.5.37", "cccl": "3.5.0", "cuda_headers": "13.5"}
+    base = build.cache_key(closure, opts, tool)
+    assert base != build.cache_key(closure, opts, dict(tool, nvrtc="nvidia-cuda-nvrtc 13.5.40"))
+    assert base != build.cache_key(closure, opts, dict(tool, cccl="3.1.0"))
+    assert base != build.cache_key(closure, opts, dict(tool, cuda_headers="13.0"))
+    assert base == build.cache_key(closure, [opts[0], "-I/elsewhere/b/kernels"], tool)
+
+
+def test_one_cache_serves_every_checkout(kdir, tmp_path):
+    """The same kernel from another checkout (another folder) is read from the cache."""
+    import shutil
+    other = tmp_path / "another-checkout" / "kernels"
+    shutil.copytree(kdir, other)
+    cache = tmp_path / "cache"
+    first, second = compile_(kdir, cache), compile_(other, cache)
+    assert (first.cache_hit, second.cache_hit) == (False, True)
+
+
+def test_lock_files_do_not_pile_up(kdir, tmp_path):
+    """One lock file per kernel and target, however many keys (defines, headers) it had."""
+    cache = tmp_path / "cache"
+    for value in range(4):
+        compile_(kdir, cache, value=value)
+    assert len(list(cache.glob("*.cubin"))) == 4
+    assert [p.name for p in cache.glob("*.lock")] == ["k-sm_90a.lock"]
 
 
 def _compile_in_process(args):
@@ -95,22 +117,20 @@ def test_bad_arch_is_refused(arch):
 
 def test_build_records_its_inputs(kdir, tmp_path):
     b = compile_(kdir, tmp_path)
-    assert b.nvrtc_version == build.nvrtc_version()
+    assert b.nvrtc_version == build.nvrtc_version() == b.toolchain.nvrtc_version
     assert Path(b.cccl_include, "cuda", "ptx").is_file()
+    assert b.cccl_include == b.toolchain.cccl_include
     assert "-std=c++17" in b.options and "-DVALUE=1" in b.options
+    assert f"-I{b.cccl_include}" in b.options
 
 
-def test_cccl_env_override(monkeypatch, tmp_path):
-    cccl.find.cache_clear()
-    monkeypatch.setenv(cccl.ENV_VAR, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="no cuda/ptx"):
-        cccl.find()
-    real = next(p for _, p in cccl.candidates() if (p / "cuda" / "ptx").is_file())
-    monkeypatch.setenv(cccl.ENV_VAR, str(real))
-    cccl.find.cache_clear()
-    found = cccl.find()
-    assert found.source == "env" and found.version.count(".") == 2
-    cccl.find.cache_clear()
+def test_builds_used_names_the_toolchain(kdir, tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "_USED", {})
+    compile_(kdir, tmp_path)
+    compile_(kdir, tmp_path)
+    (used,) = build.builds_used()
+    assert used["toolchain"] == toolchain.resolve().summary()
+    assert used["builds"] == 2 and used["kernels"] == ["k.cu:sm_90a"]
 
 
 def test_precompile_list_names_every_suite_kernel():
@@ -142,19 +162,26 @@ def test_cold_compile_leaves_shared_bytes_intact(kdir, tmp_path):
 
 
 def test_an_installation_without_cccl_could_not_build(kdir, tmp_path, monkeypatch):
-    """No CCCL headers is a fault of the installation: BuildError ("could not build"),
-    not an error that reads as a failed case."""
+    """No CCCL that belongs with NVRTC is a fault of the installation: BuildError
+    ("could not build"), not an error that reads as a failed case."""
     def missing():
-        raise FileNotFoundError("no CCCL headers (cuda/ptx) found; tried: /nowhere")
-    monkeypatch.setattr(cccl, "find", missing)
-    with pytest.raises(build.BuildError, match="no CCCL headers") as info:
+        raise toolchain.ToolchainError("NVRTC 13.5 (PyPI at /nowhere) came without CCCL headers")
+    monkeypatch.setattr(toolchain, "resolve", missing)
+    with pytest.raises(build.BuildError, match="no toolchain") as info:
         compile_(kdir, tmp_path / "cache")
     assert "/nowhere" in info.value.log
 
 
 def test_an_installation_without_nvrtc_could_not_build(kdir, tmp_path, monkeypatch):
     def missing():
-        raise RuntimeError("libnvrtc.so.13: cannot open shared object file")
-    monkeypatch.setattr(build, "nvrtc_version", missing)
-    with pytest.raises(build.BuildError, match="NVRTC not loadable"):
-        compile_(kdir, tmp_path / "cache")
+        raise toolchain.ToolchainError("NVRTC is not loadable (libnvrtc.so.13: cannot open "
+                                       "shared object file)")
+    monkeypatch.setattr(toolchain, "_nvrtc", missing)
+    toolchain.resolve.cache_clear()
+    try:
+        with pytest.raises(build.BuildError, match="no toolchain") as info:
+            compile_(kdir, tmp_path / "cache")
+        assert "NVRTC is not loadable" in info.value.log
+    finally:
+        monkeypatch.undo()
+        toolchain.resolve.cache_clear()

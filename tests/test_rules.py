@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from fixtures import rules as R
 from fixtures.enums import DataType, Interleave, Swizzle
+from seeds import seed
 
-SEED_004 = Path(__file__).resolve().parent.parent.parent / "shared" / "seeds" / "004_fe84f7924c4b881b.txt"
 
 
 def _tiled(**kw):
@@ -38,9 +37,7 @@ def _wide(**kw):
 
 def _seed_text() -> str:
     """Seed 004 as one line: link targets, list bullets and mojibake normalized."""
-    if not SEED_004.exists():
-        pytest.skip(f"seed text not found at {SEED_004}")
-    t = SEED_004.read_text(encoding="utf-8", errors="replace")
+    t = seed("004")
     t = re.sub(r"\[([^\]]*)\]\(<[^>]*>\)", r"\1", t)      # [text](<target>) -> text
     t = re.sub(r"\[(CU\w+)\]", r"\1", t)                    # [CUtensorMapSwizzle]
     t = re.sub(r"(?m)^\s*\*\s", " ", t)                       # list bullets
