@@ -260,7 +260,7 @@ def essentials(fp: dict) -> list[str]:
              + (" (only for the nvcc-vs-NVRTC case)" if isinstance(nvcc, dict) else "")]
     pk = fp.get("packages") or {}
     cupy = next((v for k, v in pk.items() if k.startswith("cupy")), "?")
-    pl = (f"cuda-python {pk.get('cuda-python')}, cupy {cupy}, numpy {pk.get('numpy')}, "
+    pl = (f"cuda-bindings {pk.get('cuda-bindings')}, cupy {cupy}, numpy {pk.get('numpy')}, "
           f"pytest {pk.get('pytest')}, python {(fp.get('python') or {}).get('version')}")
     gpus = fp.get("gpus")
     if isinstance(gpus, list) and gpus:
@@ -295,7 +295,8 @@ def builds_line(builds: object) -> str:
         return str(builds)
     if not builds:
         return "no kernel was built or read from the cache"
-    return "; ".join(f"{b.get('builds')} builds: {b.get('toolchain')}" for b in builds)
+    return "; ".join(f"{len(b.get('kernels') or [])} kernels ({b.get('builds')} builds or cache reads) "
+                     f"with {b.get('toolchain')}" for b in builds)
 
 
 def props_of(run) -> dict[str, str]:

@@ -172,7 +172,10 @@ def test_the_reports_name_what_the_builds_used(tmp_path):
     env = json.loads((out / "environment.json").read_text())
     (used,) = env["builds"]
     assert used["toolchain"] == env["toolchain"] == toolchain.resolve().summary()
-    assert used["builds"] == 2 and used["kernels"] == ["smoke_load.cu:sm_100a", "smoke_load.cu:sm_90a"]
+    # on a GPU machine the controller also builds the suites' kernels in the background
+    assert {"smoke_load.cu:sm_100a", "smoke_load.cu:sm_90a"} <= set(used["kernels"])
+    assert used["builds"] >= 2
     assert env["cccl"]["include"] == toolchain.resolve().cccl_include
-    assert f"kernel builds: 2 builds: {env['toolchain']}" in cp.stdout
+    assert f"kernel builds: {len(used['kernels'])} kernels" in cp.stdout
+    assert f"with {env['toolchain']}" in cp.stdout
     assert f"toolchain (every kernel build): {env['toolchain']}" in cp.stdout
