@@ -344,7 +344,9 @@ def summary_rows(props: dict[str, str]) -> list[tuple[str, str]]:
         ("command", g("tmac.command")),
         ("driver (cuDriverGetVersion)", cdv),
         ("driver (kernel module)", g("tmac.driver.kernel_module_version")),
-        ("CUDA runtime", _with_ver(g("tmac.cuda_runtime.version", g("tmac.cuda_runtime")))),
+        ("CUDA runtime" + (" (CuPy's)" if g("tmac.cuda_runtime.source", "").startswith("cupy") else ""),
+         _with_ver(g("tmac.cuda_runtime.version", g("tmac.cuda_runtime")))),
+        ("toolchain (every kernel build)", g("tmac.toolchain")),
         ("NVRTC", f"{g('tmac.nvrtc.version', g('tmac.nvrtc'))} {g('tmac.nvrtc.library', '')}".strip()),
         ("CCCL", f"{g('tmac.cccl.version', g('tmac.cccl'))} {g('tmac.cccl.include', '')}".strip()),
         ("CUDA headers", f"{g('tmac.cuda_headers.version', g('tmac.cuda_headers'))} "
