@@ -1,6 +1,6 @@
 """Parameter axes parsed from case ids (the readable ids the suites give their cases).
 
-Recognised spellings (``fixtures.enums.short`` and a few plain forms), each a
+Recognised spellings (``fixtures.tensormap.enums.short`` and a few plain forms), each a
 whole id fragment between ``[ ] - _ , = / : .`` or the ends:
   dtype       u8 u16 u32 s32 u64 s64 f16 f32 f64 bf16 f32ftz tf32 tf32ftz b4x16 b4x16p64 b6x16p32
   swizzle     swz0 swz32 swz64 swz128 swz128a32 swz128a32f8 swz128a64
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 try:
-    from fixtures.enums import DTYPES, SHORT, Interleave, OobFill, Swizzle
+    from fixtures.tensormap.enums import DTYPES, SHORT, Interleave, OobFill, Swizzle
     _DTYPES = [i.short for i in DTYPES.values()]
     _SWZ = list(SHORT[Swizzle].values())
     _IL = list(SHORT[Interleave].values())

@@ -65,7 +65,7 @@ def _junit_suites(path: Path) -> dict:
 def compile_times(arch: str | None) -> list[dict]:
     """Every kernel's NVRTC build, into an empty cache (cold) and again (warm)."""
     sys.path.insert(0, str(ROOT))
-    from fixtures import build, cuda_env, gpu
+    from fixtures.cuda_layer import build, cuda_env, placement as gpu
     if arch is None:
         state = cuda_env.probe()
         arch = gpu.arch_for(gpu.home_device(state).cc) if state.available else "sm_90a"
@@ -90,7 +90,7 @@ def compile_times(arch: str | None) -> list[dict]:
 
 def gpu_count() -> int:
     sys.path.insert(0, str(ROOT))
-    from fixtures import cuda_env
+    from fixtures.cuda_layer import cuda_env
     state = cuda_env.probe()
     return len(state.tma_devices) if state.available else 0
 

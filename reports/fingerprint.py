@@ -1,6 +1,6 @@
 """The environment fingerprint of a run (``environment.json``, schema ``tmac-environment/2``).
 
-Written once per run by the pytest controller (``fixtures.reporting``). Every
+Written once per run by the pytest controller (``fixtures.plugins.reporting``). Every
 value that cannot be read is the string ``"unavailable: <reason>"``, never a
 missing key, so that parsers can rely on the keys of a schema version.
 
@@ -13,7 +13,7 @@ Keys (schema 2; schema 1 had no cuda_headers and builds, and searched for CCCL i
   nvrtc {version, library, origin, package}, cccl {version, include, origin, chosen_by},
   cuda_headers {version, include}, toolchain (their one-line summary): the toolchain
   every build of the run used, as the
-  harness resolved it (``fixtures.toolchain``), never a separate search;
+  harness resolved it (``fixtures.cuda_layer.toolchain``), never a separate search;
   builds [{toolchain, builds, nvrtc, cccl, kernels}]: what the builds of the run report
   they used (written at the end of the run), nvcc {path, version},
   packages {name: version or "unavailable: ..."},
@@ -134,7 +134,7 @@ def gather(*, run_id: str, report_dir: Path, argv: list[str], invocation_args: l
            sweep: object, arch_option: object, xdist_workers: object, known_issues: dict,
            toolchain: dict | None = None) -> dict:
     """``toolchain``: the ``nvrtc``, ``cccl`` and ``cuda_headers`` sections, from the
-    harness that builds the kernels (``fixtures.toolchain.describe()``)."""
+    harness that builds the kernels (``fixtures.cuda_layer.toolchain.describe()``)."""
     drv = probe_driver()
     toolchain = toolchain or {}
     none_given = unavailable("the harness named no toolchain")
@@ -151,7 +151,7 @@ def gather(*, run_id: str, report_dir: Path, argv: list[str], invocation_args: l
         "driver": {"cuda_driver_version": drv.get("cuda_driver_version", unavailable("probe gave nothing")),
                    "kernel_module_version": drv.get("kernel_module_version", unavailable("probe gave nothing"))},
         "cuda_runtime": drv.get("cuda_runtime", unavailable("probe gave nothing")),
-        # the toolchain the builds use, as the harness resolved it (fixtures.toolchain):
+        # the toolchain the builds use, as the harness resolved it (fixtures.cuda_layer.toolchain):
         # never a search of its own that could disagree
         "toolchain": toolchain.get("toolchain", none_given),
         "nvrtc": toolchain.get("nvrtc", none_given),

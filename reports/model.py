@@ -10,7 +10,7 @@ A case is one pytest node id. Its *state* is exactly one of ``STATES``:
                          ``needs-2-gpus``, ``arch-lacks-feature``, ``other``)
 - ``could-not-build``   (a ``BuildError`` raised while preparing or running it)
 
-A run is read either from ``results.json`` (written by ``fixtures.reporting``;
+A run is read either from ``results.json`` (written by ``fixtures.plugins.reporting``;
 schema ``tmac-results/1``) or from a pytest JUnit XML file (any family): the
 plugin writes its JUnit so that the same states come back out of it
 (message prefixes ``could-not-build:`` and ``known-issue <id>:``, skipped
@@ -186,7 +186,7 @@ class Verdict:
 VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPLETE",
             "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED")
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
-NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugin.node_check), not conformance cases
+NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugins.harness.node_check), not conformance cases
 
 
 def run_verdict(run: "Run") -> Verdict:

@@ -21,8 +21,8 @@ def main() -> None:
     driver.cuInit(0)
     t_init = time.perf_counter() - t0
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from fixtures import cuda_env, gpu
-    from fixtures.isolation import run_isolated
+    from fixtures.cuda_layer import cuda_env, placement as gpu
+    from fixtures.cuda_layer.isolation import run_isolated
     t0 = time.perf_counter()
     g = gpu.Gpu.open(gpu.home_device(cuda_env.probe()))
     cupy.zeros(1).sum()

@@ -6,9 +6,9 @@ change fields with ``tensormap.replace`` (seed 003), publish with
 ``tensormap.cp_fenceproxy``; or modify a map in global memory in place and publish
 it with a release fence that the consumer acquires (seed 001).
 
-How it is checked (fixtures/device_encode.py, kernels/device_encode.cu):
+How it is checked (fixtures/device_encode/core.py, kernels/device_encode.cu):
 * the field footprints are learned from the driver in this run
-  (fixtures/map_layout.py: pairs of host maps differing in one parameter) and
+  (fixtures/tensormap/map_layout.py: pairs of host maps differing in one parameter) and
   written to ``map_layout.json`` in ``--report-dir``;
 * every field x ordinal x value x state space x writing style, from a template and
   from zeros, plus >= 1,000 random whole maps, are encoded on the device (one warp
@@ -17,7 +17,7 @@ How it is checked (fixtures/device_encode.py, kernels/device_encode.cu):
   bits are classified and reported by word (test_differing_bits_are_explained);
 * every loadable device map is used for TMA loads next to the host map
   (``device_map_load``): the tiles must be identical, and equal the NumPy model
-  (fixtures/tma_model.py);
+  (fixtures/tma_load/model.py);
 * raw PTX and cuda::ptx agree, shared and global-in-place agree, device
   global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
   builds give the same maps, the global_stride operand is in bytes
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fixtures import build, cuda_env
-from fixtures import device_encode as de
-from fixtures import map_layout as ml
-from fixtures import status as st
-from fixtures.batching import bucket
-from fixtures.isolation import run_isolated
+from fixtures.cuda_layer import build, cuda_env
+from fixtures.device_encode import core as de
+from fixtures.tensormap import map_layout as ml
+from fixtures.cuda_layer import status as st
+from fixtures.cuda_layer.batching import bucket
+from fixtures.cuda_layer.isolation import run_isolated
 
 # Words FINDINGS.md saw differ between device and host maps on the H200:
 # "template = a host map with a different box / dtype: word 8 differs; template =
@@ -67,7 +67,7 @@ def _collect_sm(config) -> int:
         return int("".join(ch for ch in arch[3:] if ch.isdigit()))
     state = cuda_env.probe()
     if state.available and state.tma_devices:
-        from fixtures import gpu as placement
+        from fixtures.cuda_layer import placement
         cc = placement.home_device(state).cc
         return cc[0] * 10 + cc[1]
     return 90
@@ -112,9 +112,9 @@ def pytest_generate_tests(metafunc):
 # ----------------------------------------------------------------- fixture
 class Loads:
     """The loads of the cases, run on demand per batch: the cases of one kind
-    (field / whole) and one bucket of fixtures.batching, which the xdist scheduler
+    (field / whole) and one bucket of fixtures.cuda_layer.batching, which the xdist scheduler
     keeps on one worker. A batch runs in the worker's isolated child process
-    (fixtures.isolation): a device map that makes TMA trap (sticky
+    (fixtures.cuda_layer.isolation): a device map that makes TMA trap (sticky
     CUDA_ERROR_ILLEGAL_INSTRUCTION) fails its own case, names the map it went
     through, and the batch goes on after it in a fresh child."""
 
@@ -133,7 +133,7 @@ class Loads:
         self.done: set = set()
 
     def _call(self, ids):
-        return run_isolated("fixtures.device_encode:isolated_loads", self.sm, self.gpu.arch,
+        return run_isolated("fixtures.device_encode.core:isolated_loads", self.sm, self.gpu.arch,
                             str(self.kernels.cache_dir), [self.case_of[i] for i in ids],
                             device=self.gpu.ordinal, timeout=240)
 
@@ -172,7 +172,7 @@ class Ctx:
 @pytest.fixture(scope="module")
 def ctx(request, gpu, kernels) -> Ctx:
     import cupy
-    from fixtures.encode import encode_tiled
+    from fixtures.tensormap.encode import encode_tiled
     gpu.activate()
     level = _level(request.config)
     anchor = cupy.zeros(1 << 16, dtype=cupy.uint8)     # a real address for the layout bases
@@ -254,7 +254,7 @@ def _check_map(ctx: Ctx, case) -> list[str]:
 
 
 def _check_loads(ctx: Ctx, case) -> list[str]:
-    from fixtures import tma_model
+    from fixtures.tma_load import model as tma_model
     r = ctx.result(case)
     if not case.loads or r.device_status != st.OK or r.host is None:
         return []
@@ -282,7 +282,7 @@ def _check_loads(ctx: Ctx, case) -> list[str]:
             want = tma_model.load(de.to_tiled_load(r.target, lr.coords), ctx.batch.pool,
                                   r.pool_offset)
         except ValueError as exc:          # a load the suite cannot check is not a pass
-            errs.append(f"[rule tma-model] {where}: fixtures/tma_model.py has no answer for this "
+            errs.append(f"[rule tma-model] {where}: fixtures/tma_load/model.py has no answer for this "
                         f"load ({exc}), so its tile cannot be checked")
             continue
         if want.kind == "trap":
@@ -295,7 +295,7 @@ def _check_loads(ctx: Ctx, case) -> list[str]:
             diff = np.flatnonzero(a != b)
             p = de.to_tiled_load(r.target, lr.coords)
             errs.append(f"[rule tma-model] {where}: device and host maps load the same tile, but it "
-                        f"differs from fixtures/tma_model.py in {diff.size} bytes, first at "
+                        f"differs from fixtures/tma_load/model.py in {diff.size} bytes, first at "
                         f"{tma_model.describe_offset(p, int(diff[0]))} (hardware 0x{a[diff[0]]:02x}, "
                         f"model 0x{b[diff[0]]:02x})")
     return errs
@@ -384,7 +384,7 @@ def test_elemtype_replace_from_tf32_template(ctx, tf32_case):
 def test_replace_address_matches_driver(ctx, address_case):
     """Device global_address replacement on a host template equals
     cuTensorMapReplaceAddress of the same template, on all 128 bytes."""
-    from fixtures.encode import replace_address
+    from fixtures.tensormap.encode import replace_address
     r = ctx.result(address_case)
     assert r.template is not None and r.device is not None and r.device_status == st.OK, (
         f"case {address_case.id}: no device map ({st.describe(r.device_status)}, template "
@@ -404,7 +404,7 @@ def test_replace_address_matches_driver(ctx, address_case):
 def test_global_stride_operand_is_bytes(ctx, stride_case):
     """The global_stride operand is in bytes: the device map must not look like a host
     map of the stride times or divided by 16 (the triton#5408 class of bug)."""
-    from fixtures.encode import encode_tiled
+    from fixtures.tensormap.encode import encode_tiled
     r = ctx.result(stride_case)
     assert r.device is not None and r.host is not None and r.device_status == st.OK, (
         f"case {stride_case.id}: no device map ({st.describe(r.device_status)})")
@@ -544,7 +544,7 @@ def _write_layout(ctx, config, summary):
                       [f"0x{ml.word(ml.as_int(r.template), w):016x}" for w in range(16)]})
     data["whole_map_pairs"] = pairs
     if d:
-        from fixtures.reporting import write_artifact
+        from fixtures.plugins.reporting import write_artifact
         write_artifact(config, "map_layout.json", data)
 
 
@@ -555,7 +555,7 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     NVRTC build, case by case (every field case of the style)."""
     if de.nvcc_path() is None:
         pytest.skip("nvcc is not on PATH: the NVRTC build alone is checked")
-    from fixtures.launch import Module
+    from fixtures.cuda_layer.launch import Module
     try:
         cubin = de.nvcc_build(de.KERNEL_SOURCE, gpu.arch, kernels.cache_dir)
     except de.NvccError as exc:
@@ -623,7 +623,7 @@ def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word
 def test_sm100a_cubin_is_refused_here(gpu, kernels):
     """On a GPU below sm_100 the sm_100a build is refused at load time with a CUDA
     error (a clear failure, not a crash)."""
-    from fixtures.launch import CudaError, Module
+    from fixtures.cuda_layer.launch import CudaError, Module
     if gpu.sm >= 100:
         pytest.skip(f"this GPU is sm_{gpu.sm}: the sm_100a build can run here")
     b = kernels.build(de.KERNEL_SOURCE, arch="sm_100a")

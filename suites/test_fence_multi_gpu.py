@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import fences, sweep
+from fixtures.fences import core as fences
+from fixtures.tensormap import sweep
 
 
 def _cases(config):

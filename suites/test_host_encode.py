@@ -1,6 +1,6 @@
 """Host encoding conformance: the four driver encoders against the documented rules.
 
-Every case of ``fixtures.encode_cases`` (each documented rule of ``fixtures.rules``,
+Every case of ``fixtures.host_encode.cases`` (each documented rule of ``fixtures.host_encode.rules``,
 just inside, just outside and far outside its boundary, on valid bases spanning every
 data type, rank, interleave, swizzle, L2 promotion and fill) goes through the driver;
 its accept / reject must be the rules model's. A disagreement fails with the rule
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import encode as enc
-from fixtures import encode_cases as ec
-from fixtures import rules as R
-from fixtures.encode_probes import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
+from fixtures.tensormap import encode as enc
+from fixtures.host_encode import cases as ec
+from fixtures.host_encode import rules as R
+from fixtures.host_encode.probes import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
                                     encode_params, replace_params)
-from fixtures.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
-from fixtures.isolation import run_isolated
+from fixtures.tensormap.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
+from fixtures.cuda_layer.isolation import run_isolated
 
 ALLOC_BYTES = 1 << 22
 WIDE_ARCH = "im2col_wide.arch_cc100"
@@ -361,7 +361,7 @@ _PEER_STORAGE = {DataType.BFLOAT16: "uint16", DataType.FLOAT32_FTZ: "float32",
 
 @pytest.fixture(scope="module")
 def peer(gpu):
-    from fixtures.encode_probes import CudaCoreDumper
+    from fixtures.host_encode.probes import CudaCoreDumper
     try:
         return CudaCoreDumper(gpu.ordinal, gpu.arch)
     except CudaCoreUnavailable as exc:
@@ -439,7 +439,7 @@ def test_encode_in_poisoned_context(gpu):
     and if it succeeds, with the same bytes as before the trap."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "facts.json")
-        outcome = run_isolated("fixtures.encode_probes:encode_after_trap", path,
+        outcome = run_isolated("fixtures.host_encode.probes:encode_after_trap", path,
                                device=gpu.ordinal, timeout=120)
         assert os.path.exists(path), f"the probe wrote nothing: {outcome} {outcome.detail[-2000:]}"
         facts = json.load(open(path))

@@ -1,18 +1,18 @@
-"""Tiled TMA loads against the NumPy reference model (fixtures/tma_model.py), bit-exactly.
+"""Tiled TMA loads against the NumPy reference model (fixtures/tma_load/model.py), bit-exactly.
 
-Cases come from fixtures/tma_cases.py: data type x swizzle x interleave x OOB fill x
+Cases come from fixtures/tma_load/cases.py: data type x swizzle x interleave x OOB fill x
 rank, with element strides and coordinate sets (interior, straddling each edge,
 negative, fully outside).  Each case is its own test id, but the GPU work runs in
 batches: the first test of a batch (up to 512 cases of one rank and one bucket of
-fixtures.batching, which the xdist scheduler keeps on one worker) launches
+fixtures.cuda_layer.batching, which the xdist scheduler keeps on one worker) launches
 ``tma_load_batch`` once for all of them (one block per case), in the worker's isolated
 child, and the results are kept for the others.  A batch that traps is run again one
 case at a time until the trapping case is found: it fails, naming the trap, and the
-rest of the batch runs on (fixtures.isolation.run_contained).  Each test then
+rest of the batch runs on (fixtures.cuda_layer.isolation.run_contained).  Each test then
 compares its own shared-memory bytes with the model.
 
 Cases that must trap (FINDINGS.md: unaligned inner coordinate) run one by one in a
-child process (fixtures.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
+child process (fixtures.cuda_layer.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fixtures import status as st
-from fixtures import tma_cases, tma_model
-from fixtures.enums import DataType, Interleave, OobFill, Swizzle, short
-from fixtures.isolation import run_isolated
-from fixtures.tma_probes import LoadBatches
+from fixtures.cuda_layer import status as st
+from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, short
+from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tma_load.runner import LoadBatches
 
 
 def _level(config) -> str:
@@ -148,7 +148,7 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     why = tma_model.trap_reason(trap_case.load)
     assert why, f"{trap_case.id}: the model does not call this case a trap"
     kernels.build("tma_load.cu", arch=gpu.arch)     # a build failure is "could not build"
-    out = run_isolated("fixtures.tma_probes:trap_target", trap_case.params(), gpu.arch,
+    out = run_isolated("fixtures.tma_load.runner:trap_target", trap_case.params(), gpu.arch,
                        str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
     assert out.kind == "cuda_error", (
         f"{trap_case.id} ({why}): expected a trap, got {out} "
@@ -178,9 +178,9 @@ _BIG = [
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
     the model's tile. Runs alone in a child process, since a trap kills the context."""
-    from fixtures import device_encode as de
+    from fixtures.device_encode import core as de
     kernels.build(de.KERNEL_SOURCE, arch=gpu.arch)  # a build failure is "could not build"
-    out = run_isolated("fixtures.tma_probes:large_dim_target", int(dtype), dims, strides, box,
+    out = run_isolated("fixtures.tma_load.runner:large_dim_target", int(dtype), dims, strides, box,
                        gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
     rule = ("[rule tma-load.global-dim-range] seed 004: \"globalDim array, which specifies "
             "tensor size of each of the tensorRank dimensions, must be non-zero and less than "

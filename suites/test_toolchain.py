@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixtures import build, smoke, status
-from fixtures.isolation import run_isolated
+from fixtures.cuda_layer import build, status
+from fixtures.toolchain import smoke
+from fixtures.cuda_layer.isolation import run_isolated
 
 KERNELS = sorted(p.name for p in build.KERNEL_DIR.glob("*.cu")
                  if p.name != "replace_sm90a_only.cu")
@@ -74,7 +75,7 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     """A load at inner coordinate 1 (4 bytes) traps (FINDINGS.md:
     CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
     and this worker's own context stays usable."""
-    out = run_isolated("fixtures.smoke:probe_trap", gpu.arch, kernels.cache_dir,
+    out = run_isolated("fixtures.toolchain.smoke:probe_trap", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=120)
     assert out.kind == "cuda_error", f"expected a trap, got {out}\n{out.detail}"
     assert out.poisoned, f"the trap {out.error} did not poison the child's context"
@@ -85,7 +86,7 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
                                  cache_dir=kernels.cache_dir)
     status.check_status(st, ["after the trap"])
     assert (tiles == 1).all(), "this worker's context misbehaves after the isolated trap"
-    again = run_isolated("fixtures.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
+    again = run_isolated("fixtures.toolchain.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
                          device=gpu.ordinal, timeout=120)
     assert again.kind == "returned", f"a fresh child after the trap failed: {again}\n{again.detail}"
 
@@ -95,7 +96,7 @@ def test_bounded_wait_reports_timeout(gpu, kernels):
     """An mbarrier told to expect more bytes than TMA delivers never completes
     (FINDINGS.md: it hung forever). The bounded wait turns that into TIMEOUT in
     the status words, and the kernel exits."""
-    out = run_isolated("fixtures.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
+    out = run_isolated("fixtures.toolchain.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=120)
     assert out.kind == "returned", f"the timeout probe did not return: {out}\n{out.detail}"
     assert out.value == [status.TIMEOUT, status.TIMEOUT], (

@@ -17,12 +17,12 @@ def boom():
 
 
 def cuda_fault():
-    from fixtures.launch import CudaError
+    from fixtures.cuda_layer.launch import CudaError
     raise CudaError(715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "cuStreamSynchronize(test)")
 
 
 def poison():
-    import fixtures.isolation as iso
+    import fixtures.cuda_layer.isolation as iso
     iso._force_unhealthy = "CUDA_ERROR_ILLEGAL_INSTRUCTION"
     return os.getpid()
 

@@ -1,7 +1,7 @@
 """Batch buckets and the xdist scheduler that keeps a bucket on one worker."""
 from collections import defaultdict
 
-from fixtures.batching import BUCKETS, bucket, scope_of
+from fixtures.cuda_layer.batching import BUCKETS, bucket, scope_of
 
 from nested_run import make_tree, pytest_run
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import build, toolchain
+from fixtures.cuda_layer import build, toolchain
 
 KERNEL = """#include "inc.cuh"
 extern "C" __global__ void k(int* out) { out[threadIdx.x] = VALUE + HEADER_VALUE; }
@@ -134,9 +134,9 @@ def test_builds_used_names_the_toolchain(kdir, tmp_path, monkeypatch):
 
 
 def test_precompile_list_names_every_suite_kernel():
-    """The controller's background build (fixtures.plugin.PRECOMPILE) covers every
+    """The controller's background build (fixtures.plugins.harness.PRECOMPILE) covers every
     kernel source but the one that exists to fail on plain sm_90."""
-    from fixtures import plugin
+    from fixtures.plugins import harness as plugin
     sources = {p.name for p in build.KERNEL_DIR.glob("*.cu")} - {"replace_sm90a_only.cu"}
     assert set(plugin.PRECOMPILE) == sources
 
@@ -149,7 +149,7 @@ def test_cold_compile_leaves_shared_bytes_intact(kdir, tmp_path):
     import subprocess
     import sys
     code = (
-        "import sys; from fixtures import build\n"
+        "import sys; from fixtures.cuda_layer import build\n"
         f"b = build.compile_kernel('k.cu', arch='sm_90a', defines={{'VALUE': 3}}, "
         f"cache_dir={str(tmp_path / 'cold')!r}, kernel_dir=__import__('pathlib').Path({str(kdir)!r}))\n"
         "assert not b.cache_hit and b.log == '', (b.cache_hit, b.log)\n"

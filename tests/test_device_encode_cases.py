@@ -1,5 +1,5 @@
-"""Self-tests of fixtures/device_encode.py (CPU only): case coverage, ids, PTX
-operand values from fixtures.enums, memory safety of the loads, and the kernel
+"""Self-tests of fixtures/device_encode/core.py (CPU only): case coverage, ids, PTX
+operand values from fixtures.tensormap.enums, memory safety of the loads, and the kernel
 source's field codes and builds."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from fixtures import build
-from fixtures import device_encode as de
-from fixtures.enums import DTYPES, PTX_SWIZZLE, DataType, Interleave, OobFill, Swizzle
+from fixtures.cuda_layer import build
+from fixtures.device_encode import core as de
+from fixtures.tensormap.enums import DTYPES, PTX_SWIZZLE, DataType, Interleave, OobFill, Swizzle
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_loads_stay_inside_the_pool(cases):
 
 
 def test_targets_are_valid_for_the_model(cases):
-    from fixtures import tma_model
+    from fixtures.tma_load import model as tma_model
     f, w = cases
     for c in f + w:
         if c.min_sm > 90:

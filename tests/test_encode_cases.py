@@ -1,4 +1,4 @@
-"""CPU self-tests of the host-encoding case generator (fixtures/encode_cases.py)."""
+"""CPU self-tests of the host-encoding case generator (fixtures/host_encode/cases.py)."""
 from __future__ import annotations
 
 import collections
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from fixtures import encode_cases as ec
-from fixtures import rules as R
-from fixtures.enums import DataType, Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle
+from fixtures.host_encode import cases as ec
+from fixtures.host_encode import rules as R
+from fixtures.tensormap.enums import DataType, Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle
 
 LEVELS = ("smoke", "standard", "full")
 

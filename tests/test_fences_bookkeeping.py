@@ -1,14 +1,16 @@
-"""CPU self-tests of fixtures/fences.py: versions, expected data, schedules, the
+"""CPU self-tests of fixtures/fences/core.py: versions, expected data, schedules, the
 classification of kernel records, struct layouts and the quoted rules."""
 from __future__ import annotations
 
 import ctypes
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fixtures import build, fences
+from fixtures.cuda_layer import build
+from fixtures.fences import core as fences
 
 from seeds import seed
 
@@ -191,7 +193,7 @@ def test_struct_layouts_match_the_kernel():
 
 def test_every_kernel_name_used_exists():
     src = (build.KERNEL_DIR / fences.SOURCE).read_text()
-    host = (build.KERNEL_DIR.parent / "fixtures" / "fences.py").read_text()
+    host = Path(fences.__file__).read_text()
     macros = set(re.findall(r"fence_(\w+?)_##NAME", src)) | {"bump"}
     used = set(re.findall(r'"fence_(\w+?)(?:_\{scope\})?"', host))
     used |= set(re.findall(r'f"fence_(\w+?)_\{scope\}"', host))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fixtures import tma_cases, tma_model
-from fixtures.batching import bucket
-from fixtures.enums import Interleave
-from fixtures.tma_probes import LoadBatches
+from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.cuda_layer.batching import bucket
+from fixtures.tensormap.enums import Interleave
+from fixtures.tma_load.runner import LoadBatches
 
 from nested_run import make_tree, pytest_run, results, states
 
@@ -74,7 +74,7 @@ def test_a_hanging_load_fails_its_own_case_naming_the_timeout(gpu, kernels):
     # these cases delivers that many bytes, and the wait's bound is ~146 years
     b = LoadBatches(gpu, kernels, cases, call_timeout=15.0,
                     tx_override={hang.id: (1 << 20) - 1}, timeout_ns=1 << 62)
-    with pytest.raises(AssertionError, match="it hung: no answer from fixtures.tma_probes:batch_target "
+    with pytest.raises(AssertionError, match="it hung: no answer from fixtures.tma_load.runner:batch_target "
                                              "within 15 s"):
         b.result(hang)
     for c in (cases[0], cases[2]):

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from fixtures.isolation import IsolatedRunner, run_isolated
+from fixtures.cuda_layer.isolation import IsolatedRunner, run_isolated
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_target_must_name_a_function():
 
 # run_contained: a fault names its own case only
 def contained(runner, keys, **faults):
-    from fixtures.isolation import run_contained
+    from fixtures.cuda_layer.isolation import run_contained
     return run_contained(keys, lambda ids: call(runner, "batch", ids, timeout=3.0, **faults))
 
 
@@ -94,7 +94,7 @@ def test_a_fault_of_the_batch_alone_fails_all_of_it_and_says_so(runner):
 
 
 def test_faults_are_bounded(runner):
-    from fixtures.isolation import run_contained
+    from fixtures.cuda_layer.isolation import run_contained
     results, why = run_contained(KEYS, lambda ids: call(runner, "batch", ids, trap=KEYS[:4]),
                                  max_faults=2)
     assert set(why) == set(KEYS) and not results

@@ -4,7 +4,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from fixtures.launch import DevicePtr, TensorMapArg, pack_args
+from fixtures.cuda_layer.launch import DevicePtr, TensorMapArg, pack_args
 
 
 class FakeDeviceArray:

@@ -1,13 +1,13 @@
-"""Self-tests of fixtures/map_layout.py with a fake encoder of known layout (CPU only)."""
+"""Self-tests of fixtures/tensormap/map_layout.py with a fake encoder of known layout (CPU only)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from fixtures import map_layout as ml
-from fixtures.encode import EncodeResult
-from fixtures.enums import DTYPES
+from fixtures.tensormap import map_layout as ml
+from fixtures.tensormap.encode import EncodeResult
+from fixtures.tensormap.enums import DTYPES
 
 M32 = (1 << 32) - 1
 

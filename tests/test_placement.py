@@ -1,7 +1,7 @@
 """GPU placement of xdist workers and the -n auto rule."""
 import pytest
 
-from fixtures import cuda_env, gpu
+from fixtures.cuda_layer import cuda_env, placement as gpu
 
 
 def state(n, cc=(9, 0)):

@@ -21,7 +21,7 @@ from nested_run import pytest_run
 
 TESTS = '''
 import pytest
-from fixtures.build import BuildError
+from fixtures.cuda_layer.build import BuildError
 
 def test_pass():
     pass
@@ -153,7 +153,7 @@ EXPECTED = {
 }
 
 
-NODE = "node::usable-gpus"     # the node's own case, which every run reports (fixtures.plugin)
+NODE = "node::usable-gpus"     # the node's own case, which every run reports (fixtures.plugins.harness)
 
 
 def cases_only(states: dict) -> dict:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.known_issues import Context, KnownIssuesError, load, parse
+from fixtures.plugins.known_issues import Context, KnownIssuesError, load, parse
 
 GOOD = '''
 schema = 1

@@ -1,12 +1,12 @@
-"""CPU self-tests of the rules model (fixtures/rules.py): every rule's boundary, both sides."""
+"""CPU self-tests of the rules model (fixtures/host_encode/rules.py): every rule's boundary, both sides."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from fixtures import rules as R
-from fixtures.enums import DataType, Interleave, Swizzle
+from fixtures.host_encode import rules as R
+from fixtures.tensormap.enums import DataType, Interleave, Swizzle
 from seeds import seed
 
 

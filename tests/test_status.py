@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from fixtures import status
-from fixtures.build import KERNEL_DIR
+from fixtures.cuda_layer import status
+from fixtures.cuda_layer.build import KERNEL_DIR
 
 
 def test_all_ok_passes():

@@ -1,11 +1,11 @@
-"""Which CCCL and CUDA headers go with the NVRTC in use (fixtures.toolchain), on fake
+"""Which CCCL and CUDA headers go with the NVRTC in use (fixtures.cuda_layer.toolchain), on fake
 installations: PyPI wheels, toolkits of CUDA 12 and 13 layout, a release mismatch, the
 override, and what the kernel cache key may not hold."""
 from pathlib import Path
 
 import pytest
 
-from fixtures import toolchain
+from fixtures.cuda_layer import toolchain
 
 
 def make_cccl(include: Path, version: int) -> Path:
@@ -129,7 +129,7 @@ def test_identity_holds_no_path(world, tmp_path):
 def test_missing_headers_are_named_in_a_half_error(world, tmp_path):
     """CCCL 3.5's <cuda/ptx> under NVRTC without cuda_fp16.h: the build log says what
     to install."""
-    from fixtures import build
+    from fixtures.cuda_layer import build
     lib, found = make_pypi(tmp_path, cccl=3005000, headers=None)
     t = world((13, 5), lib, found, [])
     assert t.headers_include is None and t.summary().endswith("no CUDA headers")
@@ -159,7 +159,7 @@ def test_the_reports_name_what_the_builds_used(tmp_path):
     from tests.nested_run import make_tree, pytest_run
     root = make_tree(tmp_path / "tree", """
         import pytest
-        from fixtures import build
+        from fixtures.cuda_layer import build
 
         @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
         def test_builds(arch, tmp_path_factory):
