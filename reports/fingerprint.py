@@ -1,50 +1,11 @@
-"""The environment fingerprint of a run (``environment.json``, schema ``tmac-environment/2``).
-
-Written once per run by the pytest controller (``fixtures.plugins.reporting``). Every
-value that cannot be read is the string ``"unavailable: <reason>"``, never a
-missing key, so that parsers can rely on the keys of a schema version.
-
-Keys (schema 2; schema 1 had no cuda_headers and builds, and searched for CCCL itself):
-  schema, run_id, created (UTC ISO), host, role ("controller"),
-  command {argv, cwd, invocation_args, xdist_workers}, sweep, arch_option,
-  driver {cuda_driver_version (cuDriverGetVersion int), kernel_module_version
-          (e.g. "580.65.06", from NVML)},
-  cuda_runtime {version, source},
-  nvrtc {version, library, origin, package}, cccl {version, include, origin, chosen_by},
-  cuda_headers {version, include}, toolchain (their one-line summary): the toolchain
-  every build of the run used, as the
-  harness resolved it (``fixtures.cuda_layer.toolchain``), never a separate search;
-  builds [{toolchain, builds, nvrtc, cccl, kernels}]: what the builds of the run report
-  they used (written at the end of the run), nvcc {path, version},
-  packages {name: version or "unavailable: ..."},
-  gpus [{ordinal, name, uuid, compute_capability, arch, memory_bytes, pci_bus_id}],
-  peer_access {ordinals, matrix}, cuda_visible_devices,
-  os {system, kernel, version, machine, distro}, python {version, implementation, executable},
-  known_issues {file, sha256, entries}, map_layout ({file, sha256, data} when the
-  report folder holds ``map_layout.json``; else "unavailable: ...").
+"""Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/2``,
+gathered by ``fixtures/plugins/environment.py``, which lists its keys): the flat
+``tmac.*`` properties of JUnit, the header lines, the matrix rows.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata as md
 import json
-import os
-import platform
 import re
-import shutil
-import socket
-import subprocess
-import sys
-from datetime import datetime, timezone
-from pathlib import Path
-
-from .model import ENV_SCHEMA
-
-PACKAGES = ("cuda-python", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cupy-cuda13x",
-            "cupy-cuda12x", "cupy", "numpy", "pytest", "pytest-xdist", "pytest-timeout",
-            "filelock", "ml-dtypes")
-MAP_LAYOUT_FILE = "map_layout.json"
-PROBE_TIMEOUT_S = 60.0
 
 
 def unavailable(reason: str) -> str:
@@ -53,122 +14,6 @@ def unavailable(reason: str) -> str:
 
 def is_unavailable(v: object) -> bool:
     return isinstance(v, str) and v.startswith("unavailable:")
-
-
-def package_versions() -> dict:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            if name.startswith("cupy"):
-                continue  # only one CuPy wheel is ever installed; report the one found
-            out[name] = unavailable("not installed")
-    if not any(k.startswith("cupy") for k in out):
-        out["cupy"] = unavailable("not installed")
-    return out
-
-
-def probe_driver(timeout: float = PROBE_TIMEOUT_S) -> dict:
-    """Run ``driver_probe.py`` in a child process (see its docstring for why)."""
-    script = Path(__file__).with_name("driver_probe.py")
-    try:
-        cp = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=timeout, cwd=str(script.parent.parent))
-    except subprocess.TimeoutExpired:
-        r = unavailable(f"driver probe timed out after {timeout:.0f} s")
-        return {"cuda_driver_version": r, "gpus": r, "peer_access": r, "kernel_module_version": r,
-                "cuda_runtime": r}
-    try:
-        data = json.loads(cp.stdout)
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
-        return data
-    except ValueError:
-        tail = (cp.stderr or cp.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        r = unavailable(f"driver probe exited {cp.returncode}: {tail[0][:300]}")
-        return {"cuda_driver_version": r, "gpus": r, "peer_access": r, "kernel_module_version": r,
-                "cuda_runtime": r}
-
-
-def nvcc_info() -> object:
-    path = shutil.which("nvcc")
-    if not path:
-        return unavailable("nvcc not on PATH")
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"path": path, "version": unavailable(str(e))}
-    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
-    return {"path": path, "version": m.group(2) if m else (out.strip().splitlines() or ["?"])[-1]}
-
-
-def os_info() -> dict:
-    distro = unavailable("no /etc/os-release")
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                distro = line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return {"system": platform.system(), "kernel": platform.release(), "version": platform.version(),
-            "machine": platform.machine(), "distro": distro}
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def map_layout(report_dir: Path) -> object:
-    p = report_dir / MAP_LAYOUT_FILE
-    if not p.is_file():
-        return unavailable(f"no {MAP_LAYOUT_FILE} in the report folder (written by the device-encoding suite)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return unavailable(f"{p}: unreadable ({e})")
-    return {"file": MAP_LAYOUT_FILE, "sha256": file_digest(p), "data": data}
-
-
-def gather(*, run_id: str, report_dir: Path, argv: list[str], invocation_args: list[str],
-           sweep: object, arch_option: object, xdist_workers: object, known_issues: dict,
-           toolchain: dict | None = None) -> dict:
-    """``toolchain``: the ``nvrtc``, ``cccl`` and ``cuda_headers`` sections, from the
-    harness that builds the kernels (``fixtures.cuda_layer.toolchain.describe()``)."""
-    drv = probe_driver()
-    toolchain = toolchain or {}
-    none_given = unavailable("the harness named no toolchain")
-    return {
-        "schema": ENV_SCHEMA,
-        "run_id": run_id,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": socket.gethostname(),
-        "role": "controller",
-        "command": {"argv": list(argv), "cwd": os.getcwd(), "invocation_args": list(invocation_args),
-                    "xdist_workers": xdist_workers},
-        "sweep": sweep,
-        "arch_option": arch_option,
-        "driver": {"cuda_driver_version": drv.get("cuda_driver_version", unavailable("probe gave nothing")),
-                   "kernel_module_version": drv.get("kernel_module_version", unavailable("probe gave nothing"))},
-        "cuda_runtime": drv.get("cuda_runtime", unavailable("probe gave nothing")),
-        # the toolchain the builds use, as the harness resolved it (fixtures.cuda_layer.toolchain):
-        # never a search of its own that could disagree
-        "toolchain": toolchain.get("toolchain", none_given),
-        "nvrtc": toolchain.get("nvrtc", none_given),
-        "cccl": toolchain.get("cccl", none_given),
-        "cuda_headers": toolchain.get("cuda_headers", none_given),
-        "builds": unavailable("written at the end of the run, from the builds' results"),
-        "nvcc": nvcc_info(),
-        "packages": package_versions(),
-        "gpus": drv.get("gpus", unavailable("probe gave nothing")),
-        "peer_access": drv.get("peer_access", unavailable("probe gave nothing")),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "os": os_info(),
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
-        "known_issues": known_issues,
-        "map_layout": map_layout(report_dir),
-    }
 
 
 # ---------------------------------------------------------------- views
