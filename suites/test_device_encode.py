@@ -6,7 +6,7 @@ change fields with ``tensormap.replace`` (seed 003), publish with
 ``tensormap.cp_fenceproxy``; or modify a map in global memory in place and publish
 it with a release fence that the consumer acquires (seed 001).
 
-How it is checked (fixtures/device_encode/core.py, kernels/device_encode.cu):
+How it is checked (fixtures/device_encode/, kernels/device_encode.cu):
 * the field footprints are learned from the driver in this run
   (fixtures/tensormap/map_layout.py: pairs of host maps differing in one parameter) and
   written to ``map_layout.json`` in ``--report-dir``;
@@ -36,8 +36,9 @@ import numpy as np
 import pytest
 
 from fixtures.cuda_layer import build, cuda_env
-from fixtures.device_encode import core as de
+from fixtures import device_encode as de
 from fixtures.tensormap import map_layout as ml
+from fixtures.tensormap import sweep
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.batching import bucket
 from fixtures.cuda_layer.isolation import run_isolated
@@ -49,10 +50,6 @@ FINDINGS_WORDS = (8, 9)
 STRIDE_BUG = ("PUBLIC_BUGS.md triton-lang/triton#5408: \"a ptxas bug read the tensormap.replace "
               "global_stride operand in 16-byte units instead of bytes\"; seed 004: "
               "\"globalStrides array, which specifies tensor stride ... in bytes\"")
-
-
-def _level(config) -> str:
-    return config.getoption("sweep", default="standard") or "standard"
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,7 +80,7 @@ def _param(c, sm):
 
 
 def pytest_generate_tests(metafunc):
-    level = _level(metafunc.config)
+    level = sweep.level(metafunc.config)
     if not {"field_case", "whole_case", "tf32_case", "address_case", "stride_case",
             "style_group", "footprint_key"} & set(metafunc.fixturenames):
         return
@@ -133,7 +130,7 @@ class Loads:
         self.done: set = set()
 
     def _call(self, ids):
-        return run_isolated("fixtures.device_encode.core:isolated_loads", self.sm, self.gpu.arch,
+        return run_isolated("fixtures.device_encode.runner:isolated_loads", self.sm, self.gpu.arch,
                             str(self.kernels.cache_dir), [self.case_of[i] for i in ids],
                             device=self.gpu.ordinal, timeout=240)
 
@@ -174,7 +171,7 @@ def ctx(request, gpu, kernels) -> Ctx:
     import cupy
     from fixtures.tensormap.encode import encode_tiled
     gpu.activate()
-    level = _level(request.config)
+    level = sweep.level(request.config)
     anchor = cupy.zeros(1 << 16, dtype=cupy.uint8)     # a real address for the layout bases
     layout = ml.measure(encode_tiled, ml.default_bases(int(anchor.data.ptr)))
     module = kernels.load(de.KERNEL_SOURCE)
@@ -565,7 +562,7 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     cs = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm
           and ctx.result(c).device_status == st.OK]
     base = ctx.batch.pool_base
-    items = [(ctx.result(c).template, de._resolved_ops(c, base), c.space, c.style) for c in cs]
+    items = [(ctx.result(c).template, de.resolved_ops(c, base), c.space, c.style) for c in cs]
     got, _ = de.encode_on_device(mod, items)
     bad = [c.id for c, (mb, code, _, _) in zip(cs, got) if mb != ctx.result(c).device]
     assert not bad, (f"[rule device-encode.toolchain] nvcc and NVRTC builds of the same kernel "

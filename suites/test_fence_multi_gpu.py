@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.fences import core as fences
+from fixtures import fences
 from fixtures.tensormap import sweep
 
 

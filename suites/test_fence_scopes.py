@@ -9,13 +9,13 @@ Waits are bounded (``%globaltimer``); a timeout is a status word naming the bloc
 The iteration counts are in the test ids, in ``user_properties`` (JUnit) and printed.
 
 Seeds: 000 (CUDA Programming Guide 10.30.1), 001 (10.30.2), 002 (CCCL tutorial);
-the rule each test checks is quoted in its failure message (``fixtures.fences.core.RULES``).
+the rule each test checks is quoted in its failure message (``fixtures.fences.RULES``).
 """
 from __future__ import annotations
 
 import pytest
 
-from fixtures.fences import core as fences
+from fixtures import fences
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer.isolation import run_isolated
 
@@ -121,7 +121,7 @@ def test_across_blocks_no_acquire(gpu, kernels, request, case):
     fence cannot be delegated to a thread in another block"), so success is not
     asserted: the counts (ok / stale / torn / ...) are recorded and printed. The test
     fails only if the run itself breaks (an exception in the harness)."""
-    out = run_isolated("fixtures.fences.core:isolated", "across_blocks", gpu.arch, kernels.cache_dir,
+    out = run_isolated("fixtures.fences.runner:isolated", "across_blocks", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, acquire_mode=1,
                        name="across-blocks-no-own-acquire", **case)
     _report_outcome(request, out)
@@ -161,7 +161,7 @@ def test_across_kernels_no_acquire(gpu, kernels, request, case):
     """REPORT ONLY. The consumer kernel does not acquire at all: stream order (a kernel
     boundary) is the only ordering. Seed 001: "stream-order synchronization do[es] not
     suffice"; the counts are recorded, success is not asserted."""
-    out = run_isolated("fixtures.fences.core:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
+    out = run_isolated("fixtures.fences.runner:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, acquire=False, **case)
     _report_outcome(request, out)
 
@@ -183,7 +183,7 @@ def test_host_pinned(gpu, kernels, request, case):
     reached through the global state space, so seed 001's release-acquire rule at .sys
     applies (FINDINGS: 1,024 of 1,024 loads right on the H200): a trap, a timeout or a
     wrong load fails the case."""
-    out = run_isolated("fixtures.fences.core:isolated", "host_written", gpu.arch, kernels.cache_dir,
+    out = run_isolated("fixtures.fences.runner:isolated", "host_written", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, **case)
     r = _report_outcome(request, out)
     assert r is not None, (

@@ -178,7 +178,7 @@ _BIG = [
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
     the model's tile. Runs alone in a child process, since a trap kills the context."""
-    from fixtures.device_encode import core as de
+    from fixtures import device_encode as de
     kernels.build(de.KERNEL_SOURCE, arch=gpu.arch)  # a build failure is "could not build"
     out = run_isolated("fixtures.tma_load.runner:large_dim_target", int(dtype), dims, strides, box,
                        gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)

@@ -1,4 +1,4 @@
-"""Self-tests of fixtures/device_encode/core.py (CPU only): case coverage, ids, PTX
+"""Self-tests of fixtures/device_encode (CPU only): case coverage, ids, PTX
 operand values from fixtures.tensormap.enums, memory safety of the loads, and the kernel
 source's field codes and builds."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import re
 import pytest
 
 from fixtures.cuda_layer import build
-from fixtures.device_encode import core as de
+from fixtures import device_encode as de
+from fixtures.device_encode import field_sweep
 from fixtures.tensormap.enums import DTYPES, PTX_SWIZZLE, DataType, Interleave, OobFill, Swizzle
 
 
@@ -62,8 +63,8 @@ def test_whole_maps_at_least_1000(cases):
 
 
 def test_ptx_values_come_from_the_enum_table():
-    t = de._u8(3, (32, 3, 3), (32, 2, 2), il=Interleave.B32, swz=Swizzle.B32, dtype=DataType.BFLOAT16,
-               fill=OobFill.NAN_REQUEST_ZERO_FMA, strides=(64, 192))
+    t = de.make_map(3, (32, 3, 3), (32, 2, 2), il=Interleave.B32, swz=Swizzle.B32,
+                    dtype=DataType.BFLOAT16, fill=OobFill.NAN_REQUEST_ZERO_FMA, strides=(64, 192))
     ops = {(o.field, o.ord): o.value for o in de.full_program(t)}
     assert ops[("elemtype", 0)] == DTYPES[DataType.BFLOAT16].ptx_elemtype == 10
     assert ops[("rank", 0)] == 2          # seed 003: rank - 1
@@ -120,8 +121,8 @@ def test_field_codes_match_kernel():
 
 
 def test_value_ids():
-    assert de._num(1 << 32) == "2^32" and de._num((1 << 32) - 1) == "2^32-1"
-    assert de._num((1 << 40) - 16) == "2^40-16" and de._num(48) == "48"
+    assert field_sweep._num(1 << 32) == "2^32" and field_sweep._num((1 << 32) - 1) == "2^32-1"
+    assert field_sweep._num((1 << 40) - 16) == "2^40-16" and field_sweep._num(48) == "48"
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])

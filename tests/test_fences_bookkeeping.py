@@ -1,4 +1,4 @@
-"""CPU self-tests of fixtures/fences/core.py: versions, expected data, schedules, the
+"""CPU self-tests of fixtures/fences: versions, expected data, schedules, the
 classification of kernel records, struct layouts and the quoted rules."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fixtures.cuda_layer import build
-from fixtures.fences import core as fences
+from fixtures import fences
 
 from seeds import seed
 
@@ -193,7 +193,7 @@ def test_struct_layouts_match_the_kernel():
 
 def test_every_kernel_name_used_exists():
     src = (build.KERNEL_DIR / fences.SOURCE).read_text()
-    host = Path(fences.__file__).read_text()
+    host = "".join(p.read_text() for p in sorted(Path(fences.__file__).parent.glob("*.py")))
     macros = set(re.findall(r"fence_(\w+?)_##NAME", src)) | {"bump"}
     used = set(re.findall(r'"fence_(\w+?)(?:_\{scope\})?"', host))
     used |= set(re.findall(r'f"fence_(\w+?)_\{scope\}"', host))
