@@ -36,3 +36,35 @@ def test_each_bucket_runs_on_one_worker_and_ids_stay_clean(tmp_path):
     assert len(workers) > 3 and all(len(w) == 1 for w in workers.values()), dict(workers)
     assert len({w for ws in workers.values() for w in ws}) > 1, "everything ran on one worker"
     assert "@" not in (tmp_path / "j.xml").read_text().split("<testcase", 1)[1]
+
+
+def test_a_worker_dead_before_xdist_knows_is_not_sent_work():
+    """Seen under load: a worker that died (os._exit) had its last completed case
+    arrive before its death; rescheduling it sent work into a closed channel, and the
+    run ended in INTERNALERROR (OSError "cannot send (already closed?)"). The unit
+    given to it stays its unfinished work, which remove_node puts back in the queue."""
+    from types import SimpleNamespace
+    from fixtures.cuda_layer.batching import make_scheduler
+
+    class DeadNode:
+        shutting_down = False
+        gateway = SimpleNamespace(id="gw0")
+
+        def send_runtest_some(self, indices):
+            raise OSError("cannot send (already closed?)")
+
+        def shutdown(self):
+            pass
+
+    config = SimpleNamespace(getvalue=lambda name: ["1*popen"] if name == "tx" else None)
+    sched = make_scheduler(config, None)
+    node = DeadNode()
+    ids = [f"t.py::test[c{i}]" for i in range(4)]
+    sched.add_node(node)
+    sched.add_node_collection(node, ids)
+    sched.collection = ids
+    for nid in ids:
+        sched.workqueue.setdefault(f"t.py::test#{nid[-3:-1]}", {})[nid] = False
+    sched._reschedule(node)                       # no OSError out of the scheduler
+    assert sched.remove_node(node) is not None    # what it was given goes back
+    assert sum(len(u) for u in sched.workqueue.values()) == len(ids) - 1
