@@ -42,12 +42,13 @@ from fixtures.tensormap import sweep
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.batching import bucket
 from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap.registry import check, fail, fail_all
 
 # Words FINDINGS.md saw differ between device and host maps on the H200:
 # "template = a host map with a different box / dtype: word 8 differs; template =
 # 128 zero bytes: words 8 and 9 differ".
 FINDINGS_WORDS = (8, 9)
-STRIDE_BUG = ("PUBLIC_BUGS.md triton-lang/triton#5408: \"a ptxas bug read the tensormap.replace "
+STRIDE_BUG = ("triton-lang/triton#5408: \"a ptxas bug read the tensormap.replace "
               "global_stride operand in 16-byte units instead of bytes\"; seed 004: "
               "\"globalStrides array, which specifies tensor stride ... in bytes\"")
 
@@ -221,19 +222,19 @@ def _rule_for(case) -> str:
     return de.SEED000_ZEROS if case.template is None else de.SEED000
 
 
-def _check_map(ctx: Ctx, case) -> list[str]:
+def _check_map(ctx: Ctx, case) -> list[tuple[str, str]]:
     """Bytes: the device map equals the host map on every bit an active replaceable
     field owns and tensormap.replace writes."""
     r = ctx.result(case)
     errs = []
     if r.host is None:
-        return [f"[rule device-encode.host] cuTensorMapEncodeTiled rejected the target "
-                f"({r.host_status}): the case generator made an invalid map: {_params_text(r.target)}"]
+        return [("device-encode.host", f"cuTensorMapEncodeTiled rejected the target "
+                f"({r.host_status}): the case generator made an invalid map: {_params_text(r.target)}")]
     if case.template is not None and r.template is None:
-        return [f"[rule device-encode.host] the template was rejected ({r.template_status})"]
+        return [("device-encode.host", f"the template was rejected ({r.template_status})")]
     if r.device_status != st.OK:
-        return [f"[rule device-encode.status] the encoding warp reported "
-                f"{st.describe(r.device_status)} (an op the kernel does not have for sm_{ctx.sm}?)"]
+        return [("device-encode.status", f"the encoding warp reported "
+                f"{st.describe(r.device_status)} (an op the kernel does not have for sm_{ctx.sm}?)")]
     d = de.classify(r.device, r.host, ctx.layout, ctx.writable, r.target.rank, r.target)
     if d.strict:
         tf32 = ""
@@ -241,16 +242,17 @@ def _check_map(ctx: Ctx, case) -> list[str]:
             tf32 = (" Bit w1[16] is set by the driver only for TFLOAT32 / TFLOAT32_FTZ maps; "
                     "tensormap.replace.elemtype did not clear it when the template was a tf32 map "
                     f"(template w1 = 0x{ml.word(ml.as_int(r.template), 1):016x}).")
-        errs.append(
-            f"[rule device-encode.field-bits] {_rule_for(case)}; {de.SEED003}. The device map "
+        errs.append((
+            "device-encode.field-bits",
+            f"{_rule_for(case)}; {de.SEED003}. The device map "
             f"differs from cuTensorMapEncodeTiled of the same parameters on bits a replaceable "
             f"field owns: {_bits_text(ctx, d.strict)}. {_words_text(r.device, r.host, ml.words_of(d.strict))}. "
             f"Target: {_params_text(r.target)}; program: "
-            f"{', '.join(f'{o.field}[{o.ord}]={o.value:#x}' for o in case.ops)}.{tf32}")
+            f"{', '.join(f'{o.field}[{o.ord}]={o.value:#x}' for o in case.ops)}.{tf32}"))
     return errs
 
 
-def _check_loads(ctx: Ctx, case) -> list[str]:
+def _check_loads(ctx: Ctx, case) -> list[tuple[str, str]]:
     from fixtures.tma_load import model as tma_model
     r = ctx.result(case)
     if not case.loads or r.device_status != st.OK or r.host is None:
@@ -258,49 +260,48 @@ def _check_loads(ctx: Ctx, case) -> list[str]:
     errs = []
     runs, why = ctx.loads.of(case)
     if runs is None:
-        return [f"[rule device-encode.load] {why}"]
+        return [("device-encode.load", f"{why}")]
     if len(runs) != len(case.loads):
-        return [f"[rule device-encode.load] {len(runs)} of {len(case.loads)} loads ran"]
+        return [("device-encode.load", f"{len(runs)} of {len(case.loads)} loads ran")]
     for lr in runs:
         where = f"load at {list(lr.coords)}"
         if lr.device_status != st.OK or lr.host_status != st.OK:
-            errs.append(f"[rule device-encode.load] {where}: device map {st.describe(lr.device_status)}, "
-                        f"host map {st.describe(lr.host_status)} ({de.SEED001})")
+            errs.append(("device-encode.load", f"{where}: device map {st.describe(lr.device_status)}, "
+                        f"host map {st.describe(lr.host_status)} ({de.SEED001})"))
             continue
         if lr.device != lr.host:
             a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(lr.host, np.uint8)
             diff = np.flatnonzero(a != b)
-            errs.append(f"[rule device-encode.load] {where}: the tile loaded through the device map "
+            errs.append(("device-encode.load", f"{where}: the tile loaded through the device map "
                         f"differs from the host map's in {diff.size} bytes, first at shared byte "
                         f"{diff[0]} (device 0x{a[diff[0]]:02x}, host 0x{b[diff[0]]:02x}); "
-                        f"{_rule_for(case)}")
+                        f"{_rule_for(case)}"))
             continue
         try:
             want = tma_model.load(de.to_tiled_load(r.target, lr.coords), ctx.batch.pool,
                                   r.pool_offset)
         except ValueError as exc:          # a load the suite cannot check is not a pass
-            errs.append(f"[rule tma-model] {where}: fixtures/tma_load/model.py has no answer for this "
-                        f"load ({exc}), so its tile cannot be checked")
+            errs.append(("tma-model", f"{where}: fixtures/tma_load/model.py has no answer for this "
+                        f"load ({exc}), so its tile cannot be checked"))
             continue
         if want.kind == "trap":
-            errs.append(f"[rule tma-model] {where}: the model predicts a trap ({want.error}: "
+            errs.append(("tma-model", f"{where}: the model predicts a trap ({want.error}: "
                         f"{want.reason}), and the loads through the device and the host map both "
-                        f"completed")
+                        f"completed"))
             continue
         if want.data != lr.device:
             a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(want.data, np.uint8)
             diff = np.flatnonzero(a != b)
             p = de.to_tiled_load(r.target, lr.coords)
-            errs.append(f"[rule tma-model] {where}: device and host maps load the same tile, but it "
+            errs.append(("tma-model", f"{where}: device and host maps load the same tile, but it "
                         f"differs from fixtures/tma_load/model.py in {diff.size} bytes, first at "
                         f"{tma_model.describe_offset(p, int(diff[0]))} (hardware 0x{a[diff[0]]:02x}, "
-                        f"model 0x{b[diff[0]]:02x})")
+                        f"model 0x{b[diff[0]]:02x})"))
     return errs
 
 
 def _fail(case, errs):
-    if errs:
-        pytest.fail(f"case {case.id}:\n  " + "\n  ".join(errs), pytrace=False)
+    fail_all(case.id, errs)
 
 
 # ------------------------------------------------------------------- tests
@@ -308,10 +309,10 @@ def test_field_footprints_learned(ctx):
     """Every tensormap.replace field has a footprint the driver shows (host pairs
     differing in one parameter); L2 promotion, which has no replace field, too."""
     empty = [k for k in ml.all_keys() if not ctx.layout.footprints.get(k)]
-    assert not empty, (
-        f"[rule map-layout.footprint] no bit moved for {empty} across "
-        f"{sum(ctx.layout.accepted.values())} accepted host encodes: the layout measure "
-        f"cannot say which bits these fields own (accepted per key: {ctx.layout.accepted})")
+    check(not empty, "map-layout.footprint", "field-footprints",
+          f"no bit moved for {empty} across "
+          f"{sum(ctx.layout.accepted.values())} accepted host encodes: the layout measure "
+          f"cannot say which bits these fields own (accepted per key: {ctx.layout.accepted})")
 
 
 def test_device_footprint(ctx, footprint_key):
@@ -323,7 +324,7 @@ def test_device_footprint(ctx, footprint_key):
     host_fp = ctx.layout.footprints.get(key, 0)
     dev_fp = ctx.dev_fps.get(key, 0)
     if not host_fp:
-        pytest.fail(f"[rule map-layout.footprint] {key}: no host footprint learned")
+        fail("map-layout.footprint", key, "no host footprint learned")
     errs = []
     extra = dev_fp & ~host_fp
     # A rank change adds/drops whole dimensions: the rank's host footprint excludes
@@ -331,14 +332,15 @@ def test_device_footprint(ctx, footprint_key):
     if key == "rank":
         extra &= ~ctx.layout.owned([k for k in ml.all_keys() if "[" in k])
     if extra:
-        errs.append(f"[rule device-encode.footprint] replace of {key} wrote bits outside the "
-                    f"field's host footprint: {_bits_text(ctx, extra)} ({de.SEED003})")
+        errs.append(("device-encode.footprint", f"replace of {key} wrote bits outside the "
+                    f"field's host footprint: {_bits_text(ctx, extra)} ({de.SEED003})"))
     host_only = host_fp & ~dev_fp
     outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in FINDINGS_WORDS)
     if outside:
-        errs.append(f"[rule device-encode.footprint] the driver moves bits for {key} that "
-                    f"tensormap.replace never writes, outside FINDINGS' words {FINDINGS_WORDS}: "
-                    f"{_bits_text(ctx, outside)}")
+        errs.append(("device-encode.footprint", f"the driver moves bits for {key} that "
+                    f"tensormap.replace never writes, outside words {FINDINGS_WORDS} (where the H200 showed "
+                    f"the driver's own bits): "
+                    f"{_bits_text(ctx, outside)}"))
     bad = []
     for v, mb, code, space, style in ctx.fp_rows:
         if v.key != key:
@@ -352,9 +354,9 @@ def test_device_footprint(ctx, footprint_key):
             bad.append(f"{key}={v.value!r} base {v.base_index} {space}/{style}: "
                        f"{_bits_text(ctx, d, 4)}")
     if bad:
-        errs.append(f"[rule device-encode.field-bits] single-field replaces that differ from the "
-                    f"host encode of the same change ({len(bad)}): " + "; ".join(bad[:8]))
-    assert not errs, "\n".join(errs)
+        errs.append(("device-encode.field-bits", f"single-field replaces that differ from the "
+                    f"host encode of the same change ({len(bad)}): " + "; ".join(bad[:8])))
+    fail_all(key, errs)
 
 
 def test_replace_field(ctx, field_case):
@@ -390,12 +392,10 @@ def test_replace_address_matches_driver(ctx, address_case):
     assert h.ok, f"cuTensorMapReplaceAddress returned {h.status_name} for {r.target.address:#x}"
     if h.map_bytes != r.device:
         d = ml.as_int(h.map_bytes) ^ ml.as_int(r.device)
-        pytest.fail(
-            f"[rule device-encode.replace-address] case {address_case.id}: "
-            f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
-            f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
-            f"{_bits_text(ctx, d)}; {_words_text(r.device, h.map_bytes, ml.words_of(d))}",
-            pytrace=False)
+        fail("device-encode.replace-address", address_case.id,
+             f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
+             f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
+             f"{_bits_text(ctx, d)}; {_words_text(r.device, h.map_bytes, ml.words_of(d))}")
 
 
 def test_global_stride_operand_is_bytes(ctx, stride_case):
@@ -417,9 +417,9 @@ def test_global_stride_operand_is_bytes(ctx, stride_case):
             e = r.target.set(key, alt).encode(encode_tiled)
             if e.ok and (ml.as_int(e.map_bytes) & fp) == dv:
                 hints.append(f"the device map holds what the host encodes for {name} = {alt}")
-    pytest.fail(f"[rule device-encode.global-stride-bytes] case {stride_case.id}: {STRIDE_BUG}. "
-                f"Stride {s} bytes: device bits {_bits_text(ctx, dv ^ hv)} differ from the host "
-                f"map. {'; '.join(hints) or 'not a factor-16 confusion'}", pytrace=False)
+    fail("device-encode.global-stride-bytes", stride_case.id,
+         f"{STRIDE_BUG}. Stride {s} bytes: device bits {_bits_text(ctx, dv ^ hv)} differ from the "
+         f"host map. {'; '.join(hints) or 'not a factor-16 confusion'}")
 
 
 def _by_variant(ctx, group):
@@ -443,8 +443,8 @@ def test_styles_agree(ctx, style_group):
             for style, mb in maps.items():
                 if mb != ref:
                     bad.append(f"{key}={vid} from {source} {space}: {style} != raw")
-    assert not bad, (f"[rule device-encode.styles] {len(bad)} programs give different maps by "
-                     f"writing style: " + "; ".join(bad[:10]))
+    check(not bad, "device-encode.styles", style_group,
+          f"{len(bad)} programs give different maps by writing style: " + "; ".join(bad[:10]))
 
 
 def test_spaces_agree(ctx, style_group):
@@ -458,8 +458,9 @@ def test_spaces_agree(ctx, style_group):
             maps = {c.space: ctx.result(c).device for c in cs if c.style == style}
             if maps.get("shared") != maps.get("global"):
                 bad.append(f"{key}={vid} from {source} {style}")
-    assert not bad, (f"[rule device-encode.spaces] {len(bad)} programs give different maps in "
-                     f"shared and global memory: " + "; ".join(bad[:10]))
+    check(not bad, "device-encode.spaces", style_group,
+          f"{len(bad)} programs give different maps in shared and global memory: "
+          + "; ".join(bad[:10]))
 
 
 def _diff_summary(ctx):
@@ -504,10 +505,9 @@ def test_differing_bits_are_explained(ctx, request):
     if lines:
         warnings.warn("device vs host maps differ (by class and word): " + " | ".join(lines))
     unexplained = {w for k in ("derived", "other") for w in per[k] if w not in FINDINGS_WORDS}
-    assert not unexplained, (
-        f"[rule device-encode.remaining-bits] device and host maps differ in words "
-        f"{sorted(unexplained)}, which FINDINGS.md did not report (it saw {FINDINGS_WORDS}): "
-        + " | ".join(lines))
+    check(not unexplained, "device-encode.remaining-bits", "all-device-maps",
+          f"device and host maps differ in words {sorted(unexplained)}, which the measured "
+          f"layout did not show (it saw {FINDINGS_WORDS}): " + " | ".join(lines))
 
 
 def _write_layout(ctx, config, summary):
@@ -556,8 +556,8 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     try:
         cubin = de.nvcc_build(de.KERNEL_SOURCE, gpu.arch, kernels.cache_dir)
     except de.NvccError as exc:
-        pytest.fail(f"[rule device-encode.toolchain] nvcc could not build {de.KERNEL_SOURCE} for "
-                    f"{gpu.arch}, NVRTC could:\n{exc.log[-3000:]}", pytrace=False)
+        fail("device-encode.toolchain", style,
+             f"nvcc could not build {de.KERNEL_SOURCE} for {gpu.arch}, NVRTC could:\n{exc.log[-3000:]}")
     mod = Module.load(cubin, "device_encode.cu (nvcc)")
     cs = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm
           and ctx.result(c).device_status == st.OK]
@@ -565,8 +565,9 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     items = [(ctx.result(c).template, de.resolved_ops(c, base), c.space, c.style) for c in cs]
     got, _ = de.encode_on_device(mod, items)
     bad = [c.id for c, (mb, code, _, _) in zip(cs, got) if mb != ctx.result(c).device]
-    assert not bad, (f"[rule device-encode.toolchain] nvcc and NVRTC builds of the same kernel "
-                     f"give different maps for {len(bad)} of {len(cs)} cases: {bad[:10]}")
+    check(not bad, "device-encode.toolchain", style,
+          f"nvcc and NVRTC builds of the same kernel give different maps for {len(bad)} of "
+          f"{len(cs)} cases: {bad[:10]}")
 
 
 def test_builds_for_sm100a(kernels):
@@ -577,8 +578,8 @@ def test_builds_for_sm100a(kernels):
         try:
             b = kernels.build(de.KERNEL_SOURCE, defines=defines, arch="sm_100a")
         except build.BuildError as exc:
-            pytest.fail(f"[rule device-encode.toolchain] {de.KERNEL_SOURCE} {defines} does not "
-                        f"build for sm_100a:\n{exc.log[-3000:]}", pytrace=False)
+            fail("device-encode.toolchain", f"sm_100a-{defines}",
+                 f"{de.KERNEL_SOURCE} {defines} does not build for sm_100a:\n{exc.log[-3000:]}")
         assert b.cubin[:4] == b"\x7fELF"
 
 
@@ -612,9 +613,9 @@ def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word
         with pytest.raises(de.NvccError) as info:
             de.nvcc_build(de.KERNEL_SOURCE, arch, kernels.cache_dir, defines)
         log = info.value.log
-    assert "tensormap" in log and word in log, (
-        f"[rule device-encode.toolchain] {rule}: the {compiler} build for {arch} {defines} failed, "
-        f"but its log does not name {word!r}:\n{log[-2000:]}")
+    check("tensormap" in log and word in log, "device-encode.toolchain", f"{compiler}-{word}-on-{arch}",
+          f"{rule}: the {compiler} build for {arch} {defines} failed, "
+          f"but its log does not name {word!r}:\n{log[-2000:]}")
 
 
 def test_sm100a_cubin_is_refused_here(gpu, kernels):

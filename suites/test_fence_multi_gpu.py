@@ -63,4 +63,4 @@ def test_two_gpu(gpus, pair, kernels, request, case):
     r = fences.run_two_gpu(gpus[0].arch, kernels.cache_dir, **kw)
     request.node.user_properties.extend(r.properties())
     print(r.line())
-    r.check("fence.release-acquire", "fence.scope-sys", "fence.same-block")
+    r.check("fence.release-acquire", "fence.scope-sys", "fence.same-block", case=request.node.callspec.id)

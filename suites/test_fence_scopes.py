@@ -18,6 +18,7 @@ import pytest
 from fixtures import fences
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap.registry import check
 
 SCOPES = fences.SCOPES
 
@@ -99,7 +100,7 @@ def test_same_block(gpu, kernels, request, case):
     with fence.proxy.tensormap::generic and loads through it, every iteration."""
     r = _run(gpu, kernels, fences.run_same_block, **case)
     _report(request, r)
-    r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}")
+    r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 # ------------------------------------------------------------------ 2. across blocks
@@ -111,7 +112,7 @@ def test_across_blocks(gpu, kernels, request, case):
     r = _run(gpu, kernels, fences.run_across_blocks, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", "fence.same-block",
-            f"fence.scope-{case['scope']}")
+            f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 @pytest.mark.isolated
@@ -139,8 +140,8 @@ def _report_outcome(request, out):
         return out.value
     request.node.user_properties.append(("error", out.error))
     print(f"outcome: {out}")
-    assert out.kind in ("cuda_error", "timeout"), (
-        f"the report-only run broke in the harness: {out}\n{out.detail}")
+    check(out.kind in ("cuda_error", "timeout"), "run.isolated-child", request.node.callspec.id,
+          f"the report-only run broke in the harness: {out}\n{out.detail}")
     return None
 
 
@@ -153,7 +154,7 @@ def test_across_kernels(gpu, kernels, request, case):
     r = _run(gpu, kernels, fences.run_across_kernels, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.not-delegated", "fence.other-blocks",
-            f"fence.scope-{case['scope']}")
+            f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 @pytest.mark.isolated
@@ -173,7 +174,7 @@ def test_host_written(gpu, kernels, request, case):
     captured graph replayed after each copy) acquires it at .sys in every block."""
     r = _run(gpu, kernels, fences.run_host_written, **case)
     _report(request, r)
-    r.check("fence.release-acquire", "fence.same-block", "fence.scope-sys")
+    r.check("fence.release-acquire", "fence.same-block", "fence.scope-sys", case=request.node.callspec.id)
 
 
 @pytest.mark.isolated
@@ -181,16 +182,15 @@ def test_host_pinned(gpu, kernels, request, case):
     """A map in pinned (page-locked, mapped) host memory, rewritten by the CPU between
     synchronized launches, acquired at .sys and used by TMA. Mapped host memory is
     reached through the global state space, so seed 001's release-acquire rule at .sys
-    applies (FINDINGS: 1,024 of 1,024 loads right on the H200): a trap, a timeout or a
+    applies (1,024 of 1,024 loads right on the H200): a trap, a timeout or a
     wrong load fails the case."""
     out = run_isolated("fixtures.fences.runner:isolated", "host_written", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, **case)
     r = _report_outcome(request, out)
-    assert r is not None, (
-        f"{fences.rule_text('fence.release-acquire', 'fence.scope-sys')}\n"
-        f"a tensor map in pinned host memory, written by the CPU and acquired at .sys, could "
-        f"not be used: {out}")
-    r.check("fence.release-acquire", "fence.scope-sys")
+    check(r is not None, "fence.release-acquire", request.node.callspec.id,
+          f"a tensor map in pinned host memory, written by the CPU and acquired at .sys, could "
+          f"not be used: {out}\n{fences.rule_text('fence.release-acquire', 'fence.scope-sys')}")
+    r.check("fence.release-acquire", "fence.scope-sys", case=request.node.callspec.id)
 
 
 # ------------------------------------------------------------------ 5. in flight
@@ -202,7 +202,7 @@ def test_in_flight(gpu, kernels, request, case):
     r = _run(gpu, kernels, fences.run_in_flight, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.no-repeat", "fence.block-sync",
-            f"fence.scope-{case['scope']}")
+            f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 def test_in_flight_ring(gpu, kernels, request, case):
@@ -212,7 +212,7 @@ def test_in_flight_ring(gpu, kernels, request, case):
     r = _run(gpu, kernels, fences.run_across_blocks, name="in-flight-ring", **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", "fence.no-repeat",
-            f"fence.scope-{case['scope']}")
+            f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 # ------------------------------------------------------------------ 7. stress
@@ -221,7 +221,7 @@ def test_stress_across_blocks(gpu, kernels, request, case):
     one slot: each handoff is published, flagged, acquired per block and checked."""
     r = _run(gpu, kernels, fences.run_across_blocks, name="stress-across-blocks", **case)
     _report(request, r)
-    r.check("fence.release-acquire", "fence.other-blocks", f"fence.scope-{case['scope']}")
+    r.check("fence.release-acquire", "fence.other-blocks", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
 def test_stress_same_block(gpu, kernels, request, case):
@@ -229,4 +229,4 @@ def test_stress_same_block(gpu, kernels, request, case):
     acquiring and loading its own map many times."""
     r = _run(gpu, kernels, fences.run_same_block, **case)
     _report(request, r)
-    r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}")
+    r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}", case=request.node.callspec.id)

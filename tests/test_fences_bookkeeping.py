@@ -152,7 +152,7 @@ def test_make_result_and_failure_message(plan):
     r = fences.make_result("same-block", "gpu", plan, sched, fences.previous_versions(sched),
                            seen, bad, st, ["block 0", "block 1"])
     assert r.ok and r.loads == 4 * 2 * plan.nloads and r.iterations == 4 and r.lanes == 2
-    r.check("fence.release-acquire")
+    r.check("fence.release-acquire", case="ok-case")
     props = dict(r.properties())
     assert props["iterations"] == 4 and props["count_ok"] == r.loads
     seen[2, 1, 0] = tags[1, 1]                      # the previous version of that slot
@@ -161,9 +161,10 @@ def test_make_result_and_failure_message(plan):
                            seen, bad, st, ["block 0", "block 1"])
     assert not r.ok and r.counts["stale"] == 1
     with pytest.raises(AssertionError) as info:
-        r.check("fence.release-acquire", "fence.scope-gpu")
+        r.check("fence.release-acquire", "fence.scope-gpu", case="gpu-case")
     msg = str(info.value)
-    assert "[rule fence.release-acquire]" in msg and "stale" in msg and "block 1: timeout" in msg
+    assert info.value.rule == "fence.release-acquire" and info.value.case == "gpu-case"
+    assert msg.startswith("[rule fence.release-acquire] [case gpu-case] ") and "stale" in msg and "block 1: timeout" in msg
     assert "the `.gpu` scope suffices" in msg
 
 
@@ -174,8 +175,9 @@ def _normalize(text: str) -> str:
 @pytest.mark.parametrize("rule_id", sorted(fences.RULES))
 def test_rules_are_quoted_verbatim(rule_id):
     rule = fences.RULES[rule_id]
-    assert _normalize(rule.text) in _normalize(seed(rule.seed)), (
-        f"{rule_id}: not found verbatim in seed {rule.seed}")
+    prefix = rule.document.split(":")[0].split()[-1]          # "seed 001: ..." -> "001"
+    assert _normalize(rule.quote) in _normalize(seed(prefix)), (
+        f"{rule_id}: not found verbatim in seed {prefix}")
 
 
 def test_struct_layouts_match_the_kernel():

@@ -120,19 +120,19 @@ def test_missing_file(tmp_path):
 
 
 def test_signature_absorbs_only_the_described_failure():
-    """Every error of a failure must name one of the entry's rules and contain its
-    match; a failure with another rule, another message, or one more error is not it."""
+    """Every error [(rule, text)] of a failure must name one of the entry's rules and
+    contain its match; a failure with another rule, another message, or one more error
+    is not it. The errors come from the failure (RuleFailure.errors), never its text."""
     (e,) = parse(HEAD.replace('rule = "R"', 'rule = ["R-1", "R-2"]\nmatch = "w1\\\\[16\\\\]|trapped"'), "x")
-    assert e.explains("[rule R-1] bit w1[16] differs") == (True, "")
-    assert e.explains("case x:\n  [rule R-1] bit w1[16] differs\n  [rule R-2] the device map trapped")[0]
-    ok, why = e.explains("[rule R-1] bit w1[16] differs\n  [rule R-3] the tile is wrong")
+    assert e.explains([("R-1", "bit w1[16] differs")]) == (True, "")
+    assert e.explains([("R-1", "bit w1[16] differs"), ("R-2", "the device map trapped")])[0]
+    ok, why = e.explains([("R-1", "bit w1[16] differs"), ("R-3", "the tile is wrong")])
     assert not ok and "rule R-3" in why
-    ok, why = e.explains("[rule R-1] bit w1[16] differs\n  [rule R-2] the tile is wrong")
+    ok, why = e.explains([("R-1", "bit w1[16] differs"), ("R-2", "the tile is wrong")])
     assert not ok and "does not" in why
-    ok, why = e.explains("AssertionError: something else")
+    ok, why = e.explains([(None, "AssertionError: something else")])
     assert not ok and "no rule" in why
-    assert e.explains("bit w1[16] differs", rule="R-2")[0]          # the case's own rule
     (m,) = parse(HEAD.replace('rule = "R"', 'match = "driver: CUDA_SUCCESS"'), "x")
-    assert m.explains("[rule: map.align64] x: the driver and the documented rules disagree\n"
-                      "  driver: CUDA_SUCCESS")[0]
-    assert not m.explains("[rule: map.align64] x\n  driver: CUDA_ERROR_INVALID_VALUE")[0]
+    assert m.explains([("map.align64", "x: the driver and the documented rules disagree\n"
+                                       "  driver: CUDA_SUCCESS")])[0]
+    assert not m.explains([("map.align64", "x\n  driver: CUDA_ERROR_INVALID_VALUE")])[0]
