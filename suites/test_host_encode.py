@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+import fixtures.host_encode as he
 from fixtures.tensormap import encode as enc
-from fixtures.host_encode import cases as ec
-from fixtures.host_encode import rules as R
-from fixtures.host_encode.probes import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
-                                    encode_params, replace_params)
+from fixtures.tensormap import sweep
+from fixtures.host_encode import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
+                                  encode_params, replace_params)
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
 
@@ -40,12 +40,8 @@ def _ignore(p, cc) -> tuple:
     """Rules a rule case does not check: below cc 10.0 the im2col-wide architecture rule
     is checked by test_im2col_wide_rejected_below_cc100 alone, so the wide cases still
     measure every other im2col-wide rule on this GPU."""
-    q = p.base if isinstance(p, R.ReplaceParams) else p
-    return (WIDE_ARCH,) if isinstance(q, R.Im2colWideParams) and tuple(cc) < (10, 0) else ()
-
-
-def _level(config) -> str:
-    return config.getoption("sweep", default="standard") or "standard"
+    q = p.base if isinstance(p, he.ReplaceParams) else p
+    return (WIDE_ARCH,) if isinstance(q, he.Im2colWideParams) and tuple(cc) < (10, 0) else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,8 +49,8 @@ def _valid_sample(level: str) -> tuple:
     """Valid bases (tiled + im2col) for the byte-level checks, a fixed sample."""
     n = {"smoke": 4, "standard": 24, "full": 96}[level]
     out = []
-    for kind in (R.TILED, R.IM2COL):
-        pool = [p for p in ec.base_pool(kind) if not ec._is_extra(p)]
+    for kind in (he.TILED, he.IM2COL):
+        pool = [p for p in he.base_pool(kind) if not he.is_extra(p)]
         step = max(1, len(pool) // n)
         out += pool[::step][:n]
     return tuple(out)
@@ -73,74 +69,28 @@ def _peer_cases(level: str) -> tuple:
             swz = PEER_SWIZZLES[(i + rank) % 4]
             l2 = L2Promotion((i + 2 * rank) % 4)
             fill = OobFill.NAN_REQUEST_ZERO_FMA if DTYPES[dt].is_float and (i + rank) % 2 else OobFill.NONE
-            p = ec.make_tiled(dt, rank, Interleave.NONE, swz, l2, fill, pick=rank)
+            p = he.make_tiled(dt, rank, Interleave.NONE, swz, l2, fill, pick=rank)
             if p is not None:
-                out.append((ec.base_id(p), p))
+                out.append((he.base_id(p), p))
     return tuple(out)
 
 
-def _field_cases() -> list[tuple[str, object, str]]:
-    """(id, params, where it comes from): edge cases users hit."""
-    T = R.TiledParams
-    u8_r2 = T(dtype=0, rank=2, global_dim=(64, 4), global_strides=(64,), box_dim=(64, 2),
-              element_strides=(1, 1))
-    f16_r1 = T(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
-               element_strides=(1,))
-    out = [
-        ("rank1-strides-empty", f16_r1.with_(global_strides=()), "FINDINGS.md: empty list rejected"),
-        ("rank1-strides-null", f16_r1.with_(global_strides=None), "FINDINGS.md: NULL vs empty"),
-        ("rank1-strides-one-0", f16_r1.with_(global_strides=(0,)), "FINDINGS.md: one element, 0"),
-        ("rank1-strides-one-512", f16_r1.with_(global_strides=(512,)), "FINDINGS.md"),
-    ]
-    for v in ((1 << 31) - 16, 1 << 31, (1 << 31) + 16, (1 << 32) - 16, 1 << 32,
-              (1 << 40) - 16, 1 << 40, (1 << 40) + 16):
-        out.append((f"u8-r2-stride-{ec._num(v)}", u8_r2.with_(global_strides=(v,)),
-                    "cudnn-frontend#853: strides near 2^31 and 2^40"))
-    out += [
-        ("u8-r2-box-larger-than-dims", u8_r2.with_(global_dim=(16, 1), global_strides=(16,),
-                                                   box_dim=(64, 2)),
-         "pytorch/helion#2555: box larger than the tensor"),
-        ("u8-r2-box-outer-gt-dim", u8_r2.with_(box_dim=(64, 256)), "helion#2555"),
-        ("u8-r2-box384", u8_r2.with_(box_dim=(64, 384)), "flash-attention#1296: boxDim 384"),
-        ("u8-r2-null-address", u8_r2.with_(address_offset=None),
-         "flash-attention#1343: NULL globalAddress (empty tensor)"),
-        ("f16-r3-il16-rank3", T(dtype=6, rank=3, global_dim=(8, 16, 4), global_strides=(16, 256),
-                                box_dim=(8, 8, 2), element_strides=(1, 1, 1), interleave=1),
-         "NVIDIA/cccl#8422: rank-3 interleaved must be accepted"),
-        ("f16-r2-box128-swz128", T(dtype=6, rank=2, global_dim=(256, 8), global_strides=(512,),
-                                   box_dim=(128, 8), element_strides=(1, 1), swizzle=3),
-         "tilelang#2578, Fuser#924: inner box 256 B > 128 B swizzle must be rejected"),
-        ("u8-r2-map-at-64-mod-128", u8_r2.with_(map_offset=64),
-         "triton#9439: CUDA 13 descriptors at 64 mod 128"),
-        ("f16-r3-box-bytes-64KiB", T(dtype=6, rank=3, global_dim=(128, 256, 8),
-                                     global_strides=(256, 65536), box_dim=(128, 256, 1),
-                                     element_strides=(1, 1, 1)),
-         "a large box within shared memory (64 KiB)"),
-        ("f16-r3-box-bytes-over-smem", T(dtype=6, rank=3, global_dim=(128, 256, 8),
-                                         global_strides=(256, 65536), box_dim=(128, 256, 8),
-                                         element_strides=(1, 1, 1)),
-         "a box of 512 KiB, more than an H200 block's shared memory: no documented rule "
-         "forbids it"),
-    ]
-    return out
-
-
 def pytest_generate_tests(metafunc):
-    level = _level(metafunc.config)
+    level = sweep.level(metafunc.config)
     if "encode_case" in metafunc.fixturenames:
-        cs = ec.cases(level)
+        cs = he.rule_cases(level)
         metafunc.parametrize("encode_case", cs, ids=[c.id for c in cs])
     if "valid_group" in metafunc.fixturenames:
         groups = [(short(dt), rank) for dt in DataType for rank in range(1, 6)]
         metafunc.parametrize("valid_group", groups, ids=[f"{d}-r{r}" for d, r in groups])
     if "valid_params" in metafunc.fixturenames:
         ps = _valid_sample(level)
-        metafunc.parametrize("valid_params", ps, ids=[ec.base_id(p) for p in ps])
+        metafunc.parametrize("valid_params", ps, ids=[he.base_id(p) for p in ps])
     if "peer_case" in metafunc.fixturenames:
         pcs = _peer_cases(level)
         metafunc.parametrize("peer_case", [p for _, p in pcs], ids=[i for i, _ in pcs])
     if "field_case" in metafunc.fixturenames:
-        fcs = _field_cases()
+        fcs = he.field_cases()
         metafunc.parametrize("field_case", fcs, ids=[f[0] for f in fcs])
 
 
@@ -188,15 +138,15 @@ def _disagreement(what, p, verdict, status_name, cc, extra="", target=None) -> R
     if verdict.accept:
         lines.append("  (no documented rule forbids these parameters: a conforming driver "
                      "accepts them)")
-        if target in R.RULES_BY_ID:
-            lines.append("  probing (inside): " + R.RULES_BY_ID[target].describe())
+        if target in he.RULES_BY_ID:
+            lines.append("  probing (inside): " + he.RULES_BY_ID[target].describe())
     if extra:
         lines.append("  " + extra)
     return RuleDisagreement("\n".join(lines), rid)
 
 
 def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=None):
-    verdict = R.evaluate(p, cc, _ignore(p, cc))
+    verdict = he.evaluate(p, cc, _ignore(p, cc))
     if ok != verdict.accept:
         raise _disagreement(what, p, verdict, result_status, cc, target=target)
     if not ok and result_status != "CUDA_ERROR_INVALID_VALUE":
@@ -207,8 +157,8 @@ def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=N
 
 
 def _needs_wide(p):
-    q = p.base if isinstance(p, R.ReplaceParams) else p
-    if isinstance(q, R.Im2colWideParams) and not enc.has_im2col_wide():
+    q = p.base if isinstance(p, he.ReplaceParams) else p
+    if isinstance(q, he.Im2colWideParams) and not enc.has_im2col_wide():
         pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
 
 
@@ -218,14 +168,14 @@ ARCH_PROBES = ("dtype.packed_arch", "swizzle.atom_arch")
 
 def sm100_only(case, cc) -> bool:
     """A case of another rule on a map only sm_100 can encode (packed type, 128B_ATOM)."""
-    q = case.params.base if isinstance(case.params, R.ReplaceParams) else case.params
-    return tuple(cc) < (10, 0) and case.rule not in ARCH_PROBES and ec._is_extra(q)
+    q = case.params.base if isinstance(case.params, he.ReplaceParams) else case.params
+    return tuple(cc) < (10, 0) and case.rule not in ARCH_PROBES and he.is_extra(q)
 
 def test_rule_case(encode_case, gpu, alloc, encode_log):
     """The driver's accept/reject equals the rules model's for one boundary case."""
     p, cc = encode_case.params, gpu.cc
     _needs_wide(p)
-    if isinstance(p, R.Im2colWideParams) and tuple(cc) < (10, 0):
+    if isinstance(p, he.Im2colWideParams) and tuple(cc) < (10, 0):
         pytest.skip(f"needs sm_100: im2col-wide is documented for compute capability 10.0 and "
                     f"later only; on {cc[0]}.{cc[1]} test_im2col_wide_rejected_below_cc100 "
                     f"measures the architecture rule")
@@ -233,8 +183,8 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
         pytest.skip(f"needs sm_100: the map uses a packed type or a 128B_ATOM swizzle, which "
                     f"compute capability {cc[0]}.{cc[1]} lacks; its rejection here is measured "
                     f"by the dtype.packed_arch / swizzle.atom_arch cases")
-    verdict = R.evaluate(p, cc, _ignore(p, cc))
-    if isinstance(p, R.ReplaceParams):
+    verdict = he.evaluate(p, cc, _ignore(p, cc))
+    if isinstance(p, he.ReplaceParams):
         out = replace_params(p, alloc)
         if encode_log:
             encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
@@ -242,7 +192,7 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
                                          "violated": verdict.ids,
                                          "base_status": out.base.status_name,
                                          "status": out.replaced.status_name if out.replaced else None}) + "\n")
-        base_verdict = R.evaluate(p.base, cc, _ignore(p, cc))
+        base_verdict = he.evaluate(p.base, cc, _ignore(p, cc))
         if not out.base.ok and not base_verdict.accept:
             pytest.skip(f"the base map cannot be encoded on compute capability {cc[0]}.{cc[1]} "
                         f"(rules {base_verdict.ids}; the driver agrees: {out.base.status_name})")
@@ -263,7 +213,7 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
 def test_im2col_wide_rejected_below_cc100(gpu, alloc):
     """\"This API is only supported on devices of compute capability 10.0 or higher.\"
     A valid im2col-wide map must be rejected below 10.0 (and accepted from 10.0)."""
-    p = ec.make_wide(DataType.FLOAT16, 3, Interleave.NONE, Swizzle.B128, L2Promotion.NONE,
+    p = he.make_wide(DataType.FLOAT16, 3, Interleave.NONE, Swizzle.B128, L2Promotion.NONE,
                      OobFill.NONE, 0)
     if not enc.has_im2col_wide():
         pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
@@ -271,7 +221,7 @@ def test_im2col_wide_rejected_below_cc100(gpu, alloc):
     check_against_rules(p, res.status_name, res.ok, gpu.cc, "valid im2col-wide map",
                         target=WIDE_ARCH) if gpu.cc >= (10, 0) else None
     if gpu.cc < (10, 0):
-        verdict = R.evaluate(p, gpu.cc)
+        verdict = he.evaluate(p, gpu.cc)
         assert verdict.ids == [WIDE_ARCH]
         if res.ok or res.status_name != "CUDA_ERROR_INVALID_VALUE":
             raise _disagreement("valid im2col-wide map", p, verdict, res.status_name, gpu.cc,
@@ -286,15 +236,15 @@ def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
     if DTYPES[dt].min_sm > gpu.sm:
         pytest.skip(f"{dshort} needs sm_{DTYPES[dt].min_sm} (compute capability "
                     f"{DTYPES[dt].min_sm // 10}.{DTYPES[dt].min_sm % 10}); this GPU is sm_{gpu.sm}")
-    combos = [p for p in ec.valid_tiled_combinations(gpu.sm) if p.dtype == dt and p.rank == rank]
+    combos = [p for p in he.valid_tiled_combinations(gpu.sm) if p.dtype == dt and p.rank == rank]
     assert combos, f"no valid combination generated for {dshort} rank {rank}"
     bad = []
     for p in combos:
-        v = R.evaluate(p, gpu.cc)
-        assert v.accept, f"generator bug: {ec.base_id(p)} breaks {v.ids}"
+        v = he.evaluate(p, gpu.cc)
+        assert v.accept, f"generator bug: {he.base_id(p)} breaks {v.ids}"
         res = encode_params(p, alloc)
         if not res.ok:
-            bad.append(f"{ec.base_id(p)}: {res.status_name}  params={_params_text(p)}")
+            bad.append(f"{he.base_id(p)}: {res.status_name}  params={_params_text(p)}")
     assert not bad, (f"[rule: accepts-valid] {len(bad)} of {len(combos)} valid combinations were "
                      f"rejected (no documented rule forbids them):\n" + "\n".join(bad[:40]))
 
@@ -317,7 +267,7 @@ def test_encode_is_deterministic(valid_params, gpu, alloc):
 
 def _address_bits(p, alloc) -> int:
     """Bits of the map that change when only globalAddress changes (single-bit flips)."""
-    align = R.address_align(p)
+    align = he.address_align(p)
     ref = encode_params(p, alloc)
     mask = 0
     bit = align
@@ -331,7 +281,7 @@ def _address_bits(p, alloc) -> int:
 
 def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc):
     p = valid_params
-    align = R.address_align(p)
+    align = he.address_align(p)
     first = encode_params(p, alloc)
     assert first.ok, f"[rule: accepts-valid] {first.status_name} {_params_text(p)}"
     mask = _address_bits(p, alloc)
@@ -361,9 +311,8 @@ _PEER_STORAGE = {DataType.BFLOAT16: "uint16", DataType.FLOAT32_FTZ: "float32",
 
 @pytest.fixture(scope="module")
 def peer(gpu):
-    from fixtures.host_encode.probes import CudaCoreDumper
     try:
-        return CudaCoreDumper(gpu.ordinal, gpu.arch)
+        return he.CudaCoreDumper(gpu.ordinal, gpu.arch)
     except CudaCoreUnavailable as exc:
         pytest.skip(f"peer encoder not installed: {exc}")
 
@@ -419,7 +368,7 @@ def test_field_case(field_case, gpu, alloc):
 
 def test_rank1_null_and_empty_strides_agree(gpu, alloc):
     """Rank 1 reads no stride: NULL, [] and a one-element list must give one answer."""
-    f16 = R.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
+    f16 = he.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
                         element_strides=(1,))
     answers = {}
     for label, s in (("empty", ()), ("null", None), ("one", (512,))):

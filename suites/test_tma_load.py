@@ -21,23 +21,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import fixtures.tma_load as tl
 from fixtures.cuda_layer import status as st
-from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.tensormap import sweep
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tma_load.runner import LoadBatches
-
-
-def _level(config) -> str:
-    return config.getoption("sweep", default="standard") or "standard"
+from fixtures.tma_load import LoadBatches
 
 
 def pytest_generate_tests(metafunc):
     if "load_case" in metafunc.fixturenames:
-        cases = [c for c in tma_cases.generate(_level(metafunc.config)) if c.expect == "data"]
+        cases = [c for c in tl.generate(sweep.level(metafunc.config)) if c.expect == "data"]
         metafunc.parametrize("load_case", cases, ids=[c.id for c in cases])
     if "trap_case" in metafunc.fixturenames:
-        cases = [c for c in tma_cases.generate(_level(metafunc.config)) if c.expect == "trap"]
+        cases = [c for c in tl.generate(sweep.level(metafunc.config)) if c.expect == "trap"]
         metafunc.parametrize("trap_case", cases, ids=[c.id for c in cases])
 
 
@@ -47,7 +44,7 @@ def tma_batches(request, gpu, kernels):
     # launches work no test will look at
     selected = {item.callspec.params["load_case"].id for item in request.session.items
                 if hasattr(item, "callspec") and "load_case" in item.callspec.params}
-    return LoadBatches(gpu, kernels, [c for c in tma_cases.generate(_level(request.config))
+    return LoadBatches(gpu, kernels, [c for c in tl.generate(sweep.level(request.config))
                                       if c.expect == "data" and c.id in selected])
 
 
@@ -63,20 +60,20 @@ def _mismatch_message(case, got: bytes, want: bytes) -> str:
     p = case.load
     es = p.esize
     lines = [f"{case.id}: {diff.size} of {w.size} shared-memory bytes differ from the model "
-             f"(box bytes {tma_model.smem_bytes(p)}, counts {tma_model.box_counts(p)}, "
+             f"(box bytes {tl.smem_bytes(p)}, counts {tl.box_counts(p)}, "
              f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
              f"element strides {p.element_strides}, dst offset {p.smem_offset})"]
     for off in diff[:8]:
         off = int(off)
-        where = tma_model.describe_offset(p, off)
+        where = tl.describe_offset(p, off)
         lines.append(f"  byte {off}: hardware 0x{g[off]:02x}, model 0x{w[off]:02x}; element "
                      f"hardware {_elem_hex(got, off, es)}, model {_elem_hex(want, off, es)}; "
                      f"{where}")
-    n_poison_hw = int((g[diff] == tma_model.POISON).sum())
+    n_poison_hw = int((g[diff] == tl.POISON).sum())
     if n_poison_hw:
         lines.append(f"  {n_poison_hw} differing byte(s) still hold the shared-memory poison "
-                     f"0x{tma_model.POISON:02x}: the load did not write them")
-    guard = tma_model.footprint(p)
+                     f"0x{tl.POISON:02x}: the load did not write them")
+    guard = tl.footprint(p)
     if (diff >= guard).any():
         lines.append(f"  the load wrote past the box footprint ({guard} bytes)")
     return "\n".join(lines)
@@ -90,18 +87,18 @@ def test_tma_load(load_case, tma_batches):
         f"the documented rules (seed 004) allow")
     assert run.status == st.OK, f"{load_case.id}: kernel status {st.describe(run.status)}"
     assert run.global_intact, f"{load_case.id}: the load changed global memory: {run.global_note}"
-    want = tma_model.load(load_case.load, tma_cases.global_bytes(load_case), 0)
+    want = tl.load(load_case.load, tl.global_bytes(load_case), 0)
     assert want.kind == "data"
     assert run.image == want.data, _mismatch_message(load_case, run.image, want.data)
 
 
-_SEED004 = {c.id: c for c in tma_cases.seed004_count_cases()}
+_SEED004 = {c.id: c for c in tl.seed004_count_cases()}
 _seed004_runs: LoadBatches | None = None
 _SEED004_EXTRA = 4096
 
 
 def _padded(buf: bytes, n: int) -> np.ndarray:
-    out = np.full(n, tma_model.POISON, dtype=np.uint8)
+    out = np.full(n, tl.POISON, dtype=np.uint8)
     out[:len(buf)] = np.frombuffer(buf, dtype=np.uint8)
     return out
 
@@ -124,28 +121,28 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     p = case.load
     assert run.encode_status == "CUDA_SUCCESS", f"{case_id}: encode {run.encode_status}"
     assert run.status == st.TIMEOUT, f"{case_id}: the unreachable byte count was reached?"
-    with tma_model.documented_semantics():
-        doc = tma_model.load(p, tma_cases.global_bytes(case), 0).data
-        doc_counts = tma_model.box_counts(p)
+    with tl.documented_semantics():
+        doc = tl.load(p, tl.global_bytes(case), 0).data
+        doc_counts = tl.box_counts(p)
     n = max(len(doc), len(run.image))
     got, want = _padded(run.image, n), _padded(doc, n)
     diff = np.flatnonzero(got != want)
-    written = int((got != tma_model.POISON).sum())
+    written = int((got != tl.POISON).sum())
     assert diff.size == 0, (
         f"[rule tma-load.box-elements] {case_id}: the hardware disagrees with seed 004: by its "
         f"sentence the box holds "
-        f"{doc_counts} elements of {p.esize} bytes = {tma_model.documented_tx_bytes(p)} "
+        f"{doc_counts} elements of {p.esize} bytes = {tl.documented_tx_bytes(p)} "
         f"bytes; shared memory differs from that in {diff.size} bytes (first at "
         f"{int(diff[0])}) and about {written} bytes were written.  Measured on the H200 "
-        f"(tma_model.INTERLEAVE_EVIDENCE): counts {tma_model.box_counts(p)} of "
-        f"{tma_model.unit_bytes(p)}-byte units = {tma_model.smem_bytes(p)} bytes")
+        f"(tma_model.INTERLEAVE_EVIDENCE): counts {tl.box_counts(p)} of "
+        f"{tl.unit_bytes(p)}-byte units = {tl.smem_bytes(p)} bytes")
 
 
 @pytest.mark.isolated
 def test_tma_load_trap(trap_case, gpu, kernels):
     """An unaligned inner coordinate (FINDINGS.md) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
-    why = tma_model.trap_reason(trap_case.load)
+    why = tl.trap_reason(trap_case.load)
     assert why, f"{trap_case.id}: the model does not call this case a trap"
     kernels.build("tma_load.cu", arch=gpu.arch)     # a build failure is "could not build"
     out = run_isolated("fixtures.tma_load.runner:trap_target", trap_case.params(), gpu.arch,
@@ -153,9 +150,9 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     assert out.kind == "cuda_error", (
         f"{trap_case.id} ({why}): expected a trap, got {out} "
         f"{out.value if out.kind == 'returned' else out.detail}")
-    assert out.error == tma_model.TRAP_ERROR, (
+    assert out.error == tl.TRAP_ERROR, (
         f"{trap_case.id}: trapped with {out.error}, the model (FINDINGS.md) says "
-        f"{tma_model.TRAP_ERROR}")
+        f"{tl.TRAP_ERROR}")
 
 
 # Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank
@@ -191,8 +188,8 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     v = out.value
     assert v["encode"] == "CUDA_SUCCESS", f"{rule} {case_id}: encode returned {v['encode']}"
     assert v["status"] == st.OK, f"{rule} {case_id}: load status {st.describe(v['status'])}"
-    p = tma_model.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
+    p = tl.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
                             Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
-    want = tma_model.load(p, de.pool_host(), 0).data
+    want = tl.load(p, de.pool_host(), 0).data
     assert v["image"] == want, _mismatch_message(SimpleNamespace(id=case_id, load=p),
                                                  v["image"], want)

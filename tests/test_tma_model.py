@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fixtures.tensormap import geometry as geo
 from fixtures.tma_load import cases as tma_cases, model as tma_model
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle, dtypes_for, short
 from fixtures.tma_load.model import (POISON, TiledLoad, box_counts, cute_swizzle, load,
@@ -17,7 +18,7 @@ NONE_IL, ZERO, NAN = Interleave.NONE, OobFill.NONE, OobFill.NAN_REQUEST_ZERO_FMA
 
 def f32_2d(dims, box, coords, *, es=(1, 1), swz=Swizzle.NONE, fill=ZERO, stride=None,
            smem_offset=0):
-    stride = stride or -(-dims[0] * 4 // 16) * 16
+    stride = stride or geo.dense_strides(F32, dims)[0]
     return TiledLoad(F32, 2, tuple(dims), (stride,), tuple(box), tuple(es), NONE_IL, swz,
                      fill, tuple(coords), smem_offset)
 
