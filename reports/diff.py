@@ -20,7 +20,7 @@ import re
 from collections import Counter
 
 from .fingerprint import props_of
-from .model import (extract_rule, CaseResult, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS,
+from .model import (rule_of_message, CaseResult, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS,
                     STATES, Run)
 from .render import Cell, Document, Section, Table, to_markdown
 
@@ -120,7 +120,7 @@ def diff_runs(old: Run, new: Run) -> dict:
             continue
         row = {"id": b.id, "old": a.state if a else None, "new": b.state}
         if b.state in (FAILED, NOBUILD):
-            row.update(rule=b.rule or extract_rule(b.message), message=_first_line(b.message))
+            row.update(rule=b.rule or rule_of_message(b.message), message=_first_line(b.message))
         elif b.state in (SKIPPED, KNOWN):
             row.update(reason=_first_line(b.message))
         if a is not None and a.state == b.state:

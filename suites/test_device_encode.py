@@ -305,6 +305,7 @@ def _fail(case, errs):
 
 
 # ------------------------------------------------------------------- tests
+@pytest.mark.rule("map-layout.footprint")
 def test_field_footprints_learned(ctx):
     """Every tensormap.replace field has a footprint the driver shows (host pairs
     differing in one parameter); L2 promotion, which has no replace field, too."""
@@ -315,6 +316,7 @@ def test_field_footprints_learned(ctx):
           f"cannot say which bits these fields own (accepted per key: {ctx.layout.accepted})")
 
 
+@pytest.mark.rule("device-encode.footprint")
 def test_device_footprint(ctx, footprint_key):
     """tensormap.replace of one field writes only bits the driver associates with that
     field (seed 003: "replaces the field, specified by .field qualifier"), and on every
@@ -359,6 +361,7 @@ def test_device_footprint(ctx, footprint_key):
     fail_all(key, errs)
 
 
+@pytest.mark.rule("device-encode.field-bits")
 def test_replace_field(ctx, field_case):
     """One field x ordinal x value, from a template differing in that field (or from
     zeros with the whole program), in one state space and writing style: the bytes
@@ -366,6 +369,7 @@ def test_replace_field(ctx, field_case):
     _fail(field_case, _check_map(ctx, field_case) + _check_loads(ctx, field_case))
 
 
+@pytest.mark.rule("device-encode.field-bits")
 def test_whole_map(ctx, whole_case):
     """A random valid map encoded on the device with every field replaced (seed 000's
     kernel), from zeros or a template with the same box or another box / data type /
@@ -373,6 +377,7 @@ def test_whole_map(ctx, whole_case):
     _fail(whole_case, _check_map(ctx, whole_case) + _check_loads(ctx, whole_case))
 
 
+@pytest.mark.rule("device-encode.field-bits")
 def test_elemtype_replace_from_tf32_template(ctx, tf32_case):
     """Replacing the element type of a TFLOAT32 / TFLOAT32_FTZ template (seed 000's
     template path) gives the host map of the new type: every elemtype bit the driver
@@ -380,6 +385,7 @@ def test_elemtype_replace_from_tf32_template(ctx, tf32_case):
     _fail(tf32_case, _check_map(ctx, tf32_case) + _check_loads(ctx, tf32_case))
 
 
+@pytest.mark.rule("device-encode.replace-address")
 def test_replace_address_matches_driver(ctx, address_case):
     """Device global_address replacement on a host template equals
     cuTensorMapReplaceAddress of the same template, on all 128 bytes."""
@@ -398,6 +404,7 @@ def test_replace_address_matches_driver(ctx, address_case):
              f"{_bits_text(ctx, d)}; {_words_text(r.device, h.map_bytes, ml.words_of(d))}")
 
 
+@pytest.mark.rule("device-encode.global-stride-bytes")
 def test_global_stride_operand_is_bytes(ctx, stride_case):
     """The global_stride operand is in bytes: the device map must not look like a host
     map of the stride times or divided by 16 (the triton#5408 class of bug)."""
@@ -431,6 +438,7 @@ def _by_variant(ctx, group):
     return out
 
 
+@pytest.mark.rule("device-encode.styles")
 def test_styles_agree(ctx, style_group):
     """Raw inline PTX, the cuda::ptx wrappers and the element_size alias produce the
     same 128 bytes for the same program (seed 000: the wrappers "wrap the
@@ -447,6 +455,7 @@ def test_styles_agree(ctx, style_group):
           f"{len(bad)} programs give different maps by writing style: " + "; ".join(bad[:10]))
 
 
+@pytest.mark.rule("device-encode.spaces")
 def test_spaces_agree(ctx, style_group):
     """The same program on a map in shared memory (published with
     tensormap.cp_fenceproxy) and in place in global memory (published with
@@ -486,6 +495,7 @@ def _diff_summary(ctx):
     return per, by_kind, cases_with
 
 
+@pytest.mark.rule("device-encode.remaining-bits")
 def test_differing_bits_are_explained(ctx, request):
     """Reports the bits where device maps and host maps still differ, by word and by
     template kind, and why: FINDINGS.md saw word 8 (different box / dtype template)
@@ -547,6 +557,7 @@ def _write_layout(ctx, config, summary):
 
 # --------------------------------------------------------------- toolchain
 @pytest.mark.parametrize("style", ["raw", "ptxwrap"])
+@pytest.mark.rule("device-encode.toolchain")
 def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     """The same kernel file built by the installed nvcc gives the same maps as the
     NVRTC build, case by case (every field case of the style)."""
@@ -570,6 +581,7 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
           f"{len(cs)} cases: {bad[:10]}")
 
 
+@pytest.mark.rule("device-encode.toolchain")
 def test_builds_for_sm100a(kernels):
     """Seed 003: .swizzle_atomicity and .elemtype 13..15 are supported on sm_100a: the
     kernels build for sm_100a, with them (TMAC_DE_PROBE=1 forces the raw atomicity
@@ -600,6 +612,7 @@ MISMATCHES = [
                          ids=["tensormap-on-sm_90", "atomicity-on-sm_90a", "elemtype13-on-sm_90a",
                               "swizzle96-on-sm_90a", "swizzle96-on-sm_100a"])
 @pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
+@pytest.mark.rule("device-encode.toolchain")
 def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word, rule):
     """A tensormap.replace form the target does not have is a build error whose log
     names it, not a crash and not a silently different kernel."""
@@ -618,6 +631,7 @@ def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word
           f"but its log does not name {word!r}:\n{log[-2000:]}")
 
 
+@pytest.mark.rule("device-encode.toolchain")
 def test_sm100a_cubin_is_refused_here(gpu, kernels):
     """On a GPU below sm_100 the sm_100a build is refused at load time with a CUDA
     error (a clear failure, not a crash)."""

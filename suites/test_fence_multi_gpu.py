@@ -51,6 +51,7 @@ def pair(gpus):
     return ordinals
 
 
+@pytest.mark.rule("fence.release-acquire")
 def test_two_gpu(gpus, pair, kernels, request, case):
     """The producer GPU (tensormap.replace in shared memory, tensormap.cp_fenceproxy
     .release.sys) writes each version into a map slot in one GPU's memory describing

@@ -94,6 +94,7 @@ def _run(gpu, kernels, fn, **kw):
 
 
 # ------------------------------------------------------------------ 1. same block
+@pytest.mark.rule("fence.release-acquire")
 def test_same_block(gpu, kernels, request, case):
     """One block modifies the map in shared memory (tensormap.replace: address, dims,
     stride), publishes it to global memory with tensormap.cp_fenceproxy, acquires it
@@ -104,6 +105,7 @@ def test_same_block(gpu, kernels, request, case):
 
 
 # ------------------------------------------------------------------ 2. across blocks
+@pytest.mark.rule("fence.release-acquire")
 def test_across_blocks(gpu, kernels, request, case):
     """Block 0 publishes each version and raises a flag (st.release at the scope);
     every consumer block waits for it (bounded), acquires the map in its own block at
@@ -116,6 +118,7 @@ def test_across_blocks(gpu, kernels, request, case):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("run.isolated-child")
 def test_across_blocks_no_acquire(gpu, kernels, request, case):
     """REPORT ONLY. Consumers do not acquire in their own block; only the producer
     block fences after publishing. Seed 001/002 say this must not be relied on ("The
@@ -146,6 +149,7 @@ def _report_outcome(request, out):
 
 
 # ------------------------------------------------------------------ 3. across kernels
+@pytest.mark.rule("fence.release-acquire")
 def test_across_kernels(gpu, kernels, request, case):
     """A producer kernel publishes each version into a map in global memory; a consumer
     kernel's blocks each acquire it at the scope and load. Ordered by one stream, by
@@ -158,6 +162,7 @@ def test_across_kernels(gpu, kernels, request, case):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("run.isolated-child")
 def test_across_kernels_no_acquire(gpu, kernels, request, case):
     """REPORT ONLY. The consumer kernel does not acquire at all: stream order (a kernel
     boundary) is the only ordering. Seed 001: "stream-order synchronization do[es] not
@@ -168,6 +173,7 @@ def test_across_kernels_no_acquire(gpu, kernels, request, case):
 
 
 # ------------------------------------------------------------------ 4. host-written maps
+@pytest.mark.rule("fence.release-acquire")
 def test_host_written(gpu, kernels, request, case):
     """Each version is encoded on the host (cuTensorMapEncodeTiled) and copied
     (cudaMemcpyAsync) into one device slot in stream order; the consumer kernel (or a
@@ -178,6 +184,7 @@ def test_host_written(gpu, kernels, request, case):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("fence.release-acquire")
 def test_host_pinned(gpu, kernels, request, case):
     """A map in pinned (page-locked, mapped) host memory, rewritten by the CPU between
     synchronized launches, acquired at .sys and used by TMA. Mapped host memory is
@@ -194,6 +201,7 @@ def test_host_pinned(gpu, kernels, request, case):
 
 
 # ------------------------------------------------------------------ 5. in flight
+@pytest.mark.rule("fence.release-acquire")
 def test_in_flight(gpu, kernels, request, case):
     """Each block issues 4 loads through its own map after one acquire, prepares the
     next version in shared memory while they are in flight, and publishes it to the
@@ -205,6 +213,7 @@ def test_in_flight(gpu, kernels, request, case):
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
+@pytest.mark.rule("fence.release-acquire")
 def test_in_flight_ring(gpu, kernels, request, case):
     """Two map slots: the producer block publishes version i + 1 into one slot while
     consumer blocks' loads (4 per iteration) through the other are in flight; a slot
@@ -216,6 +225,7 @@ def test_in_flight_ring(gpu, kernels, request, case):
 
 
 # ------------------------------------------------------------------ 7. stress
+@pytest.mark.rule("fence.release-acquire")
 def test_stress_across_blocks(gpu, kernels, request, case):
     """Many consumer blocks (4 per SM at the standard sweep) and many re-encodings of
     one slot: each handoff is published, flagged, acquired per block and checked."""
@@ -224,6 +234,7 @@ def test_stress_across_blocks(gpu, kernels, request, case):
     r.check("fence.release-acquire", "fence.other-blocks", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
 
+@pytest.mark.rule("fence.release-acquire")
 def test_stress_same_block(gpu, kernels, request, case):
     """Many blocks (8 per SM at the standard sweep), each re-encoding, publishing,
     acquiring and loading its own map many times."""

@@ -9,7 +9,7 @@ id(s), the quoted sentence(s), the parameters and both answers.
 Then: every valid tiled combination encodes; encoding is deterministic;
 cuTensorMapReplaceAddress equals a fresh encode and changes only address bits;
 cuda.core's encoder gives the same bytes; and edge cases from the field
-(PUBLIC_BUGS.md, FINDINGS.md), including encode in a context poisoned by a trap.
+(measured on the GPUs, public bug reports), including encode in a context poisoned by a trap.
 
 Set ``TMAC_ENCODE_LOG=<dir>`` to get one JSON line per rule case (model, driver).
 """
@@ -30,6 +30,7 @@ from fixtures.host_encode import (DOCUMENTED_STATUSES, CudaCoreUnavailable, Rule
                                   encode_params, replace_params)
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap.registry import check, fail_all
 
 ALLOC_BYTES = 1 << 22
 WIDE_ARCH = "im2col_wide.arch_cc100"
@@ -127,11 +128,12 @@ def _answer(accept: bool) -> str:
 
 
 def _disagreement(what, p, verdict, status_name, cc, extra="", target=None) -> RuleDisagreement:
+    """``what``: the case id (and, for field cases, what the case is about)."""
     if target and (verdict.accept or target in verdict.ids):
         rid = target
     else:
         rid = verdict.ids[0] if verdict.ids else "accepts-valid"
-    lines = [f"[rule: {rid}] {what}: the driver and the documented rules disagree",
+    lines = ["the driver and the documented rules disagree",
              f"  driver: {status_name}",
              f"  rules (cc {cc[0]}.{cc[1]}): {verdict.explain()}",
              f"  params: {_params_text(p)}"]
@@ -142,7 +144,7 @@ def _disagreement(what, p, verdict, status_name, cc, extra="", target=None) -> R
             lines.append("  probing (inside): " + he.RULES_BY_ID[target].describe())
     if extra:
         lines.append("  " + extra)
-    return RuleDisagreement("\n".join(lines), rid)
+    return RuleDisagreement(what, rid, "\n".join(lines))
 
 
 def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=None):
@@ -210,6 +212,7 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
     check_against_rules(p, res.status_name, res.ok, cc, encode_case.id, target=encode_case.rule)
 
 
+@pytest.mark.rule(WIDE_ARCH)
 def test_im2col_wide_rejected_below_cc100(gpu, alloc):
     """\"This API is only supported on devices of compute capability 10.0 or higher.\"
     A valid im2col-wide map must be rejected below 10.0 (and accepted from 10.0)."""
@@ -229,6 +232,7 @@ def test_im2col_wide_rejected_below_cc100(gpu, alloc):
 
 
 # --------------------------------------------------------------------- valid maps
+@pytest.mark.rule("accepts-valid")
 def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
     """dtype x rank: every interleave x swizzle x L2 x fill the rules allow encodes."""
     dshort, rank = valid_group
@@ -245,14 +249,18 @@ def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
         res = encode_params(p, alloc)
         if not res.ok:
             bad.append(f"{he.base_id(p)}: {res.status_name}  params={_params_text(p)}")
-    assert not bad, (f"[rule: accepts-valid] {len(bad)} of {len(combos)} valid combinations were "
-                     f"rejected (no documented rule forbids them):\n" + "\n".join(bad[:40]))
+    check(not bad, "accepts-valid", f"{dshort}-r{rank}",
+          f"{len(bad)} of {len(combos)} valid combinations were rejected (no documented rule "
+          f"forbids them):\n" + "\n".join(bad[:40]))
 
 
-def test_encode_is_deterministic(valid_params, gpu, alloc):
+@pytest.mark.rule("encode.deterministic")
+def test_encode_is_deterministic(valid_params, gpu, alloc, request):
     a = encode_params(valid_params, alloc)
     b = encode_params(valid_params, alloc)
-    assert a.ok, f"[rule: accepts-valid] valid map rejected: {a.status_name} {_params_text(valid_params)}"
+    cid = request.node.callspec.id
+    check(a.ok, "accepts-valid", cid,
+          f"valid map rejected: {a.status_name} {_params_text(valid_params)}")
     assert b.ok and a.map_bytes == b.map_bytes, (
         f"two encodes of the same parameters differ:\n  {a.map_bytes.hex()}\n  "
         f"{b.map_bytes.hex() if b.map_bytes else b.status_name}")
@@ -260,8 +268,9 @@ def test_encode_is_deterministic(valid_params, gpu, alloc):
         # seed 004: "tensorMap address must be aligned to 64 bytes": 64 is, and the map's
         # own address is not one of its parameters
         c = encode_params(valid_params, alloc, map_offset=64)
-        assert c.ok, (f"[rule: map.align64] a valid map written at a 64-byte aligned address "
-                      f"(offset 64) was rejected: {c.status_name} {_params_text(valid_params)}")
+        check(c.ok, "map.align64", cid, f"a valid map written at a 64-byte aligned address "
+                                         f"(offset 64) was rejected: {c.status_name} "
+                                         f"{_params_text(valid_params)}")
         assert c.map_bytes == a.map_bytes, "the map's own address changed its bytes"
 
 
@@ -279,18 +288,20 @@ def _address_bits(p, alloc) -> int:
     return mask
 
 
-def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc):
+@pytest.mark.rule("replace.equals-fresh-encode")
+def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc, request):
     p = valid_params
     align = he.address_align(p)
     first = encode_params(p, alloc)
-    assert first.ok, f"[rule: accepts-valid] {first.status_name} {_params_text(p)}"
+    cid = request.node.callspec.id
+    check(first.ok, "accepts-valid", cid, f"{first.status_name} {_params_text(p)}")
     mask = _address_bits(p, alloc)
     assert bin(mask).count("1") >= 8, f"only {bin(mask).count('1')} map bits follow the address"
     for off in (align, 7 * align, 1 << 12, (1 << 21) + align):
         new = alloc + off
         rep = enc.replace_address(first.map_bytes, new)
         fresh = encode_params(p.with_(address_offset=off), alloc)
-        assert rep.ok, f"[rule: replace.address.align16] ReplaceAddress({new:#x}) -> {rep.status_name}"
+        check(rep.ok, "replace.address.align16", cid, f"ReplaceAddress({new:#x}) -> {rep.status_name}")
         assert fresh.ok
         assert rep.map_bytes == fresh.map_bytes, (
             f"ReplaceAddress(+{off}) differs from a fresh encode at that address:\n"
@@ -331,7 +342,8 @@ def _cc_enum(peer, cls_name, value):
     raise CudaCoreUnavailable(f"cuda.core {cls_name} has no value {int(value)}")
 
 
-def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer):
+@pytest.mark.rule("encode.peer-agrees")
+def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
     import cupy
     p = peer_case
     dt = DataType(p.dtype)
@@ -340,7 +352,8 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer):
     strides = tuple(reversed(arr.strides))[1:]
     q = p.with_(global_strides=strides, address_offset=0)
     ours = encode_params(q, int(arr.data.ptr))
-    assert ours.ok, f"[rule: accepts-valid] encode_tiled rejected {ours.status_name} {_params_text(q)}"
+    check(ours.ok, "accepts-valid", request.node.callspec.id,
+          f"encode_tiled rejected {ours.status_name} {_params_text(q)}")
     kw = dict(element_strides=tuple(reversed(q.element_strides)),
               swizzle=_cc_enum(peer, "TensorMapSwizzle", q.swizzle),
               l2_promotion=_cc_enum(peer, "TensorMapL2Promotion", q.l2_promotion),
@@ -360,12 +373,14 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer):
 
 
 # --------------------------------------------------------------------- field edge cases
+@pytest.mark.rule("accepts-valid")
 def test_field_case(field_case, gpu, alloc):
     name, p, source = field_case
     res = encode_params(p, alloc)
     check_against_rules(p, res.status_name, res.ok, gpu.cc, f"{name} ({source})")
 
 
+@pytest.mark.rule("global_strides.mult16")
 def test_rank1_null_and_empty_strides_agree(gpu, alloc):
     """Rank 1 reads no stride: NULL, [] and a one-element list must give one answer."""
     f16 = he.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
@@ -375,14 +390,14 @@ def test_rank1_null_and_empty_strides_agree(gpu, alloc):
         r = encode_params(f16.with_(global_strides=s), alloc)
         answers[label] = (r.status_name, r.map_bytes)
     names = {k: v[0] for k, v in answers.items()}
-    assert len({v[0] for v in answers.values()}) == 1, (
-        f"[rule: global_strides.mult16] rank 1 answers depend on an array of rank - 1 = 0 "
-        f"elements: {names}")
+    check(len({v[0] for v in answers.values()}) == 1, "global_strides.mult16", "rank1-strides",
+          f"rank 1 answers depend on an array of rank - 1 = 0 elements: {names}")
     maps = {v[1] for v in answers.values() if v[1]}
     assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("encode.documented-status")
 def test_encode_in_poisoned_context(gpu):
     """After a trap kills the context, encode must still answer with a documented code,
     and if it succeeds, with the same bytes as before the trap."""
@@ -397,15 +412,16 @@ def test_encode_in_poisoned_context(gpu):
     errors = []            # every answer is checked: a known issue of one hides no other
     after = facts["after"]["status"]
     if after not in DOCUMENTED_STATUSES:
-        errors.append(f"[rule encode.documented-status] cuTensorMapEncodeTiled in a poisoned "
-                      f"context returned {after}, which the driver text does not list for it (it "
-                      f"lists {DOCUMENTED_STATUSES})")
+        errors.append(("encode.documented-status",
+                       f"cuTensorMapEncodeTiled in a poisoned context returned {after}, which the "
+                       f"driver text does not list for it (it lists {DOCUMENTED_STATUSES})"))
     elif after == "CUDA_SUCCESS" and facts["after"]["bytes"] != facts["before"]["bytes"]:
-        errors.append("[rule encode.deterministic] cuTensorMapEncodeTiled in a poisoned context "
-                      "succeeded with other bytes than before the trap")
+        errors.append(("encode.deterministic",
+                       "cuTensorMapEncodeTiled in a poisoned context succeeded with other bytes "
+                       "than before the trap"))
     rep = facts["replace_after"]["status"]
     if rep not in DOCUMENTED_STATUSES:
-        errors.append(f"[rule encode.documented-status] cuTensorMapReplaceAddress in a poisoned "
-                      f"context returned {rep}, which the driver text does not list for it (it "
-                      f"lists {DOCUMENTED_STATUSES})")
-    assert not errors, f"facts: {facts}\n" + "\n".join(errors)
+        errors.append(("encode.documented-status",
+                       f"cuTensorMapReplaceAddress in a poisoned context returned {rep}, which "
+                       f"the driver text does not list for it (it lists {DOCUMENTED_STATUSES})"))
+    fail_all("poisoned-context", [(r, f"{t}\n  facts: {facts}") for r, t in errors])

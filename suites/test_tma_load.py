@@ -27,6 +27,7 @@ from fixtures.tensormap import sweep
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tma_load import LoadBatches
+from fixtures.tensormap.registry import check, fail
 
 
 def pytest_generate_tests(metafunc):
@@ -59,7 +60,7 @@ def _mismatch_message(case, got: bytes, want: bytes) -> str:
     diff = np.flatnonzero(g != w)
     p = case.load
     es = p.esize
-    lines = [f"{case.id}: {diff.size} of {w.size} shared-memory bytes differ from the model "
+    lines = [f"{diff.size} of {w.size} shared-memory bytes differ from the model "
              f"(box bytes {tl.smem_bytes(p)}, counts {tl.box_counts(p)}, "
              f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
              f"element strides {p.element_strides}, dst offset {p.smem_offset})"]
@@ -79,17 +80,21 @@ def _mismatch_message(case, got: bytes, want: bytes) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.rule("tma-load.model")
 def test_tma_load(load_case, tma_batches):
     """The box a tiled TMA load puts in shared memory equals the model's, bit for bit."""
     run = tma_batches.result(load_case)
-    assert run.encode_status == "CUDA_SUCCESS", (
-        f"{load_case.id}: cuTensorMapEncodeTiled returned {run.encode_status} for a map "
-        f"the documented rules (seed 004) allow")
-    assert run.status == st.OK, f"{load_case.id}: kernel status {st.describe(run.status)}"
-    assert run.global_intact, f"{load_case.id}: the load changed global memory: {run.global_note}"
+    cid = load_case.id
+    check(run.encode_status == "CUDA_SUCCESS", "tma-load.model", cid,
+          f"cuTensorMapEncodeTiled returned {run.encode_status} for a map the documented rules "
+          f"(seed 004) allow")
+    check(run.status == st.OK, "tma-load.model", cid, f"kernel status {st.describe(run.status)}")
+    check(run.global_intact, "tma-load.model", cid,
+          f"the load changed global memory: {run.global_note}")
     want = tl.load(load_case.load, tl.global_bytes(load_case), 0)
-    assert want.kind == "data"
-    assert run.image == want.data, _mismatch_message(load_case, run.image, want.data)
+    check(want.kind == "data", "tma-model", cid, f"the model answers {want.kind} for a data case")
+    if run.image != want.data:
+        fail("tma-load.model", cid, _mismatch_message(load_case, run.image, want.data))
 
 
 _SEED004 = {c.id: c for c in tl.seed004_count_cases()}
@@ -104,6 +109,7 @@ def _padded(buf: bytes, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("case_id", list(_SEED004))
+@pytest.mark.rule("tma-load.box-elements")
 def test_box_per_seed_004(case_id, gpu, kernels):
     """Seed 004: boxDim is the "number of elements to be traversed along each of
     the tensorRank dimensions", TMA "loads ceil(boxDim[i] / elementStrides[i])
@@ -119,8 +125,10 @@ def test_box_per_seed_004(case_id, gpu, kernels):
                                     extra_copy=_SEED004_EXTRA)
     case, run = _SEED004[case_id], _seed004_runs.result(_SEED004[case_id])
     p = case.load
-    assert run.encode_status == "CUDA_SUCCESS", f"{case_id}: encode {run.encode_status}"
-    assert run.status == st.TIMEOUT, f"{case_id}: the unreachable byte count was reached?"
+    check(run.encode_status == "CUDA_SUCCESS", "tma-load.box-elements", case_id,
+          f"encode {run.encode_status}")
+    check(run.status == st.TIMEOUT, "tma-load.box-elements", case_id,
+          "the unreachable byte count was reached?")
     with tl.documented_semantics():
         doc = tl.load(p, tl.global_bytes(case), 0).data
         doc_counts = tl.box_counts(p)
@@ -128,8 +136,9 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     got, want = _padded(run.image, n), _padded(doc, n)
     diff = np.flatnonzero(got != want)
     written = int((got != tl.POISON).sum())
-    assert diff.size == 0, (
-        f"[rule tma-load.box-elements] {case_id}: the hardware disagrees with seed 004: by its "
+    if diff.size:
+        fail("tma-load.box-elements", case_id,
+        f"the hardware disagrees with seed 004: by its "
         f"sentence the box holds "
         f"{doc_counts} elements of {p.esize} bytes = {tl.documented_tx_bytes(p)} "
         f"bytes; shared memory differs from that in {diff.size} bytes (first at "
@@ -139,20 +148,20 @@ def test_box_per_seed_004(case_id, gpu, kernels):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("tma-load.trap")
 def test_tma_load_trap(trap_case, gpu, kernels):
-    """An unaligned inner coordinate (FINDINGS.md) must trap with
+    """An unaligned inner coordinate (measured on the H200) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     why = tl.trap_reason(trap_case.load)
-    assert why, f"{trap_case.id}: the model does not call this case a trap"
+    check(why, "tma-model", trap_case.id, "the model does not call this case a trap")
     kernels.build("tma_load.cu", arch=gpu.arch)     # a build failure is "could not build"
     out = run_isolated("fixtures.tma_load.runner:trap_target", trap_case.params(), gpu.arch,
                        str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-    assert out.kind == "cuda_error", (
-        f"{trap_case.id} ({why}): expected a trap, got {out} "
-        f"{out.value if out.kind == 'returned' else out.detail}")
-    assert out.error == tl.TRAP_ERROR, (
-        f"{trap_case.id}: trapped with {out.error}, the model (FINDINGS.md) says "
-        f"{tl.TRAP_ERROR}")
+    check(out.kind == "cuda_error", "tma-load.trap", trap_case.id,
+          f"({why}): expected a trap, got {out} "
+          f"{out.value if out.kind == 'returned' else out.detail}")
+    check(out.error == tl.TRAP_ERROR, "tma-load.trap", trap_case.id,
+          f"trapped with {out.error}, the model says {tl.TRAP_ERROR}")
 
 
 # Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank
@@ -172,6 +181,7 @@ _BIG = [
 
 @pytest.mark.isolated
 @pytest.mark.parametrize("case_id,dtype,dims,strides,box", _BIG, ids=[b[0] for b in _BIG])
+@pytest.mark.rule("tma-load.global-dim-range")
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
     the model's tile. Runs alone in a child process, since a trap kills the context."""
@@ -179,17 +189,15 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     kernels.build(de.KERNEL_SOURCE, arch=gpu.arch)  # a build failure is "could not build"
     out = run_isolated("fixtures.tma_load.runner:large_dim_target", int(dtype), dims, strides, box,
                        gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-    rule = ("[rule tma-load.global-dim-range] seed 004: \"globalDim array, which specifies "
-            "tensor size of each of the tensorRank dimensions, must be non-zero and less than "
-            "or equal to 2^32.\"")
-    assert out.kind == "returned", (
-        f"{rule} {case_id}: dims {list(dims)}: the load through the host-encoded map failed: "
-        f"{out}{' (a trap: the sticky error killed the context)' if out.poisoned else ''}")
+    rule = "tma-load.global-dim-range"
+    check(out.kind == "returned", rule, case_id,
+          f"dims {list(dims)}: the load through the host-encoded map failed: "
+          f"{out}{' (a trap: the sticky error killed the context)' if out.poisoned else ''}")
     v = out.value
-    assert v["encode"] == "CUDA_SUCCESS", f"{rule} {case_id}: encode returned {v['encode']}"
-    assert v["status"] == st.OK, f"{rule} {case_id}: load status {st.describe(v['status'])}"
+    check(v["encode"] == "CUDA_SUCCESS", rule, case_id, f"encode returned {v['encode']}")
+    check(v["status"] == st.OK, rule, case_id, f"load status {st.describe(v['status'])}")
     p = tl.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
                             Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
     want = tl.load(p, de.pool_host(), 0).data
-    assert v["image"] == want, _mismatch_message(SimpleNamespace(id=case_id, load=p),
-                                                 v["image"], want)
+    if v["image"] != want:
+        fail(rule, case_id, _mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))

@@ -30,12 +30,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("arch", TARGETS + ([arch] if arch and arch not in TARGETS else []))
 
 
+@pytest.mark.rule("toolchain.builds")
 def test_kernel_builds(kernels, source, arch):
     b = kernels.build(source, arch=arch)
     assert b.cubin[:4] == b"\x7fELF", f"{source} for {arch}: NVRTC output is not a cubin"
     assert Path(b.cccl_include, "cuda", "ptx").is_file()
 
 
+@pytest.mark.rule("toolchain.replace-needs-sm90a")
 def test_tensormap_replace_rejected_for_plain_sm_90(kernels):
     """Seed 000: "the cuda::ptx::tensormap_replace functions and corresponding
     tensormap.replace.tile PTX instructions are marked as specific to sm_90a"."""
@@ -54,6 +56,7 @@ def _smoke_id(c):
     return f"box-at-x{c[0]}-y{c[1]}"
 
 
+@pytest.mark.rule("toolchain.smoke-load")
 def test_smoke_tile_loads_bit_exact(gpu, kernels):
     """Box loads at aligned coordinates, interior, straddling the edges, negative and
     fully outside, equal the CuPy slice with zero fill, bit for bit."""
@@ -71,6 +74,7 @@ def test_smoke_tile_loads_bit_exact(gpu, kernels):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("toolchain.trap-contained")
 def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     """A load at inner coordinate 1 (4 bytes) traps (FINDINGS.md:
     CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
@@ -92,6 +96,7 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
 
 
 @pytest.mark.isolated
+@pytest.mark.rule("toolchain.bounded-wait")
 def test_bounded_wait_reports_timeout(gpu, kernels):
     """An mbarrier told to expect more bytes than TMA delivers never completes
     (FINDINGS.md: it hung forever). The bounded wait turns that into TIMEOUT in

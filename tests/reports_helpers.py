@@ -67,7 +67,7 @@ def junit(path: Path, cases: dict[str, str], props: dict[str, str] | None = None
         attrs = f"classname={quoteattr(classname)} name={quoteattr(names[-1])} time=\"0.01\""
         body = {
             "passed": "",
-            "failed": '<failure message="AssertionError: [rule R-1] mismatch">trace</failure>',
+            "failed": '<failure message="[rule R-1] [case c] mismatch">trace</failure>',
             "could-not-build": '<failure message="could-not-build: NVRTC could not build x.cu">log</failure>',
             "skipped": '<skipped type="pytest.skip" message="no GPU: no CUDA driver">x</skipped>',
             "known-issue": '<skipped type="pytest.xfail" message="known-issue KI-1: bad [evidence: https://e.x/1]"/>',

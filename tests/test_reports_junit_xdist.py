@@ -22,6 +22,9 @@ from nested_run import pytest_run
 TESTS = '''
 import pytest
 from fixtures.cuda_layer.build import BuildError
+from fixtures.tensormap.registry import Rule, fail, fail_all, register
+
+register(*(Rule(r, "a test document", "a quoted sentence") for r in ("tiled.box", "R-1", "R-9")))
 
 def test_pass():
     pass
@@ -31,7 +34,7 @@ def test_fail_rule():
     assert 1 == 2, "box 384 > 256"
 
 def test_fail_message_rule():
-    raise AssertionError("[rule tiled.box] box too big")
+    fail("tiled.box", "box-case", "box too big")
 
 def test_skip_nogpu():
     pytest.skip("no GPU: no CUDA driver")
@@ -52,10 +55,10 @@ def test_known_passes():
     pass
 
 def test_known_fails_otherwise():
-    assert False, "[rule R-9] an unrelated failure"
+    fail("R-9", "other", "an unrelated failure")
 
 def test_known_one_of_two_errors():
-    raise AssertionError("[rule R-1] the known bits differ\\n[rule R-1] and the tile is wrong")
+    fail_all("two", [("R-1", "the known bits differ"), ("R-1", "and the tile is wrong")])
 
 def test_known_skip():
     raise RuntimeError("would hang")
@@ -212,7 +215,8 @@ def test_messages_name_state_rule_and_case(xdist_run):
     assert msgs["test_pass"] is None
     tag, _, m = msgs["test_fail_rule"]
     assert tag == "failure" and m.startswith("[rule R-7] [case test_fail_rule]") and "box 384 > 256" in m
-    assert msgs["test_fail_message_rule"][2].startswith("[case test_fail_message_rule] AssertionError: [rule tiled.box]")
+    # a RuleFailure's own message is the one shape: [rule R] [case id]
+    assert msgs["test_fail_message_rule"][2].startswith("[rule tiled.box] [case box-case] box too big")
     tag, _, m = msgs["test_build"]
     assert tag == "failure" and m.startswith("could-not-build: [case test_build]") and "NVRTC could not build k.cu" in m
     tag, typ, m = msgs["test_known_fails"]
@@ -224,7 +228,7 @@ def test_messages_name_state_rule_and_case(xdist_run):
     assert msgs["test_skip_two"] == ("skipped", "pytest.skip", "needs 2 GPUs with tensor maps, found 1")
     # a known issue absorbs only the failure it describes, and says so when it does not
     tag, _, m = msgs["test_known_fails_otherwise"]
-    assert tag == "failure" and m.startswith("[case test_known_fails_otherwise] AssertionError: [rule R-9]"), m
+    assert tag == "failure" and m.startswith("[rule R-9] [case other] an unrelated failure"), m
     assert "an unrelated failure" in m and "not known issue KI-8" in m and "rule R-1" in m
     tag, _, m = msgs["test_known_one_of_two_errors"]
     assert tag == "failure" and "not known issue KI-9" in m and "'known bits'" in m, m
