@@ -206,7 +206,7 @@ def _params_text(t: ml.TiledMap) -> str:
 def _bits_text(ctx: Ctx, mask: int, limit: int = 12) -> str:
     parts = []
     for r in ml.ranges(mask)[:limit]:
-        owners = ctx.layout.owners(ml._first_bit(r))
+        owners = ctx.layout.owners(ml.first_bit(r))
         parts.append(f"{r} ({'/'.join(owners) or 'no field'})")
     more = len(ml.ranges(mask)) - limit
     return ", ".join(parts) + (f", ... {more} more" if more > 0 else "")
@@ -544,7 +544,7 @@ def _write_layout(ctx, config, summary):
         if r.device is None or r.host is None:
             continue
         x, y = ml.as_int(r.device), ml.as_int(r.host)
-        pairs.append({"id": c.id, "params": ml._params_json(r.target),
+        pairs.append({"id": c.id, "params": ml.map_to_json(r.target),
                       "device": [f"0x{ml.word(x, w):016x}" for w in range(16)],
                       "host": [f"0x{ml.word(y, w):016x}" for w in range(16)],
                       "template": None if r.template is None else

@@ -1,0 +1,177 @@
+"""The shape of the harness, checked on a CPU: the import direction between the
+sub-packages of fixtures/, every isolation target resolves, suites use public names,
+every registered rule quotes its document, and a suite case without a registered rule
+is refused at collection."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from seeds import seed
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CUDA, VOCAB, PLUGINS = "cuda_layer", "tensormap", "plugins"
+FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain")
+SHARED = "fixtures.tma_load.through_map"      # the one module features share
+
+
+def _imports(path: Path, top_level_only: bool = False):
+    """(line, imported module) of a file; ``from fixtures import x`` counts as fixtures.x."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module in ("fixtures",) or re.fullmatch(r"fixtures\.\w+", node.module):
+                for a in node.names:
+                    yield node.lineno, f"{node.module}.{a.name}"
+            else:
+                yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name
+
+
+def _allowed(pkg: str, target: str) -> bool:
+    """May sub-package ``pkg`` of fixtures import module ``target``?"""
+    if not target.startswith(("fixtures", "reports")):
+        return True
+    parts = target.split(".")
+    other = parts[1] if parts[0] == "fixtures" and len(parts) > 1 else parts[0]
+    if pkg == PLUGINS or other == pkg:
+        return True
+    if pkg == CUDA:
+        return False
+    if pkg == VOCAB:
+        return other == CUDA
+    if pkg in FEATURES:
+        return other in (CUDA, VOCAB) or target == SHARED or target.startswith(SHARED + ".")
+    return False
+
+
+def test_import_direction():
+    """The CUDA layer imports nothing above it; the vocabulary only the CUDA layer;
+    features the two below, and each other only through fixtures.tma_load.through_map;
+    the plugins anything; reports/ nothing of fixtures at import time."""
+    bad = []
+    for path in sorted(FIXTURES.rglob("*.py")):
+        rel = path.relative_to(FIXTURES)
+        if len(rel.parts) < 2:
+            continue                                  # fixtures/__init__.py
+        pkg = rel.parts[0]
+        assert pkg in (CUDA, VOCAB, PLUGINS) + FEATURES, f"fixtures/{pkg}: not a known sub-package"
+        for line, target in _imports(path):
+            if not _allowed(pkg, target):
+                bad.append(f"fixtures/{rel}:{line} imports {target}")
+    for path in sorted((ROOT / "reports").glob("*.py")):
+        for line, target in _imports(path, top_level_only=True):
+            if target.startswith("fixtures"):
+                bad.append(f"reports/{path.name}:{line} imports {target} at import time")
+    assert not bad, "imports against the layering (fixtures/CONVENTIONS.md):\n  " + "\n  ".join(bad)
+
+
+def _isolation_targets() -> dict[str, str]:
+    found = {}
+    for d in ("fixtures", "suites", "reports"):
+        for path in (ROOT / d).rglob("*.py"):
+            for m in re.finditer(r"[\"'](fixtures\.[\w.]+:\w+)[\"']", path.read_text()):
+                found.setdefault(m.group(1), str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_isolation_target_resolves():
+    """A renamed target would fail only on a GPU, in the child: resolve each here."""
+    from fixtures.cuda_layer.isolation import resolve_target, target_name
+    targets = _isolation_targets()
+    assert len(targets) >= 8, targets
+    for name, where in targets.items():
+        fn = resolve_target(name)
+        assert callable(fn), f"{name} (named in {where}) is not callable"
+        assert target_name(fn) == name, f"{name} (named in {where}) is not a module-level function"
+
+
+def test_suites_use_public_names():
+    """Suites import features from their packages, never a module's private name."""
+    bad = []
+    for path in sorted((ROOT / "suites").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fixtures"):
+                bad += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                        if a.name.startswith("_")]
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
+                    and node.value.id in ("ml", "de", "he", "tl", "fences", "enc", "st", "sweep")):
+                bad.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not bad, "\n".join(bad)
+
+
+def _registry():
+    import fixtures.device_encode  # noqa: F401  (each feature registers its rules)
+    import fixtures.fences  # noqa: F401
+    import fixtures.host_encode  # noqa: F401
+    import fixtures.plugins.harness  # noqa: F401
+    import fixtures.tma_load  # noqa: F401
+    import fixtures.toolchain  # noqa: F401
+    from fixtures.tensormap import registry
+    return registry.all_rules()
+
+
+def _normalize(t: str) -> str:
+    t = re.sub(r"\[([^\]]*)\]\(<[^>]*>(?: \"[^\"]*\")?\)", r"\1", t)     # [text](<target> "title")
+    t = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", t)                       # [text](target)
+    t = t.replace("`", "").replace("*", " ").replace("\\-", "-").replace("\\_", "_")
+    t = t.replace("\u00c2\u00a0", " ").replace("\xa0", " ")
+    return " ".join(t.split())
+
+
+def test_the_registry_has_every_suite_rule():
+    rules = _registry()
+    assert len(rules) >= 60
+    for r in rules.values():
+        assert r.id and r.document and (r.quote or r.document.startswith(("measured", "fixtures/"))), r
+
+
+@pytest.mark.parametrize("rule_id", sorted(_registry()))
+def test_registered_rule_quotes_its_document(rule_id):
+    """A rule from a seed document quotes it verbatim (its parts around "..." in order)."""
+    r = _registry()[rule_id]
+    import fixtures.host_encode as he
+    if rule_id in he.RULES_BY_ID:
+        pytest.skip("the host-encoding catalogue's sentences are checked by tests/test_rules.py")
+    m = re.match(r"seed (\d{3})", r.document)
+    if not m:
+        pytest.skip(f"{rule_id}: from {r.document}, not a seed document")
+    text = _normalize(seed(m.group(1)))
+    at = 0
+    for part in [p.strip() for p in _normalize(r.quote).split("...") if p.strip()]:
+        i = text.find(part, at)
+        assert i >= 0, f"{rule_id}: {part!r} is not in seed {m.group(1)} (after offset {at})"
+        at = i + len(part)
+
+
+SUITE = """
+import pytest
+
+{marker}
+def test_case():
+    pass
+"""
+
+
+@pytest.mark.parametrize("marker,problem", [
+    ("", "tests without a rule"),
+    ('@pytest.mark.rule("no.such-rule")', "rules not in the registry"),
+])
+def test_a_suite_case_without_a_registered_rule_is_refused(tmp_path, marker, problem):
+    from nested_run import make_tree, pytest_run
+    root = make_tree(tmp_path / "t", "", name="placeholder.py")
+    (root / "placeholder.py").unlink()
+    (root / "suites").mkdir()
+    (root / "suites" / "test_x.py").write_text(SUITE.format(marker=marker))
+    cp = pytest_run(root, "--collect-only", "-q")
+    assert cp.returncode == 4, cp.stdout[-2000:] + cp.stderr[-2000:]
+    assert problem in cp.stdout + cp.stderr
