@@ -40,7 +40,7 @@ from fixtures import device_encode as de
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.batching import bucket
+from fixtures.cuda_layer.batching import LazyBatches, bucket, selected_ids
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import check, fail, fail_all
 
@@ -118,17 +118,11 @@ class Loads:
 
     def __init__(self, sm, gpu, kernels, cases, selected):
         self.sm, self.gpu, self.kernels = sm, gpu, kernels
-        self.batch_of, self.members = {}, {}
         self.case_of = {c.id: c for c in cases}
-        for c in cases:
-            if not c.loads or c.min_sm > sm or (selected is not None and c.id not in selected):
-                continue
-            key = (c.kind, bucket(c.id))
-            self.batch_of[c.id] = key
-            self.members.setdefault(key, []).append(c.id)
-        self.loads: dict = {}
-        self.why: dict = {}
-        self.done: set = set()
+        planned = [c for c in cases if c.loads and c.min_sm <= sm
+                   and (selected is None or c.id in selected)]
+        self.batches = LazyBatches(planned, lambda c: (c.kind, bucket(c.id)),
+                                   lambda ids: de.loads_with_recovery(list(ids), self._call))
 
     def _call(self, ids):
         return run_isolated("fixtures.device_encode.runner:isolated_loads", self.sm, self.gpu.arch,
@@ -137,17 +131,10 @@ class Loads:
 
     def of(self, case) -> tuple[list | None, str]:
         """(the case's LoadRuns, "") or (None, why they are missing)."""
-        key = self.batch_of.get(case.id)
-        if key is None:
+        runs, why = self.batches.result(case.id)
+        if runs is None and not why:
             return None, "no loads planned for this case"
-        if key not in self.done:
-            loads, why = de.loads_with_recovery(self.members[key], self._call)
-            self.loads.update(loads)
-            self.why.update(why)
-            self.done.add(key)
-        if case.id in self.why:
-            return None, self.why[case.id]
-        return self.loads.get(case.id), ""
+        return runs, why
 
 
 @dataclass
@@ -186,9 +173,8 @@ def ctx(request, gpu, kernels) -> Ctx:
     # Every map is encoded here, in one launch per kernel (encoding does not trap); the
     # loads, which can, run per batch in the isolated child (Loads).
     batch = de.encode_all(module, everything, sm=gpu.sm)
-    selected = {item.callspec.params[n].id for item in request.session.items
-                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
-                for n in ("field_case", "whole_case", "tf32_case") if n in item.callspec.params}
+    selected = selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
+                            request.module)
     loads = Loads(sm, gpu, kernels, everything, selected)
     c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
     yield c

@@ -27,6 +27,7 @@ from fixtures.tensormap import sweep
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tma_load import LoadBatches
+from fixtures.cuda_layer.batching import selected_ids
 from fixtures.tensormap.registry import check, fail
 
 
@@ -43,8 +44,7 @@ def pytest_generate_tests(metafunc):
 def tma_batches(request, gpu, kernels):
     # only the cases this session collected (-k, --deselect): a batch never
     # launches work no test will look at
-    selected = {item.callspec.params["load_case"].id for item in request.session.items
-                if hasattr(item, "callspec") and "load_case" in item.callspec.params}
+    selected = selected_ids(request.session.items, ("load_case",))
     return LoadBatches(gpu, kernels, [c for c in tl.generate(sweep.level(request.config))
                                       if c.expect == "data" and c.id in selected])
 

@@ -68,3 +68,27 @@ def test_a_worker_dead_before_xdist_knows_is_not_sent_work():
     sched._reschedule(node)                       # no OSError out of the scheduler
     assert sched.remove_node(node) is not None    # what it was given goes back
     assert sum(len(u) for u in sched.workqueue.values()) == len(ids) - 1
+
+
+def test_lazy_batches_run_each_batch_once_when_first_asked():
+    from types import SimpleNamespace
+    from fixtures.cuda_layer.batching import LazyBatches, selected_ids
+    cases = [SimpleNamespace(id=f"c{i}", group=i % 2) for i in range(7)]
+    calls, built = [], []
+
+    def run(ids):
+        calls.append(list(ids))
+        return {i: f"r-{i}" for i in ids if i != "c3"}, {"c3": "it trapped"}
+
+    lb = LazyBatches(cases, lambda c: c.group, run, size=2, before=lambda: built.append(1))
+    assert calls == [] and sorted(len(m) for m in lb.members.values()) == [1, 2, 2, 2]
+    assert lb.result("c0") == ("r-c0", "") and lb.result("c2") == ("r-c2", "")
+    assert calls == [["c0", "c2"]] and built == [1]
+    assert lb.result("c3") == (None, "it trapped") and lb.result("c1") == ("r-c1", "")
+    assert calls == [["c0", "c2"], ["c1", "c3"]] and built == [1]
+    assert lb.result("nope") == (None, "no batch planned for this case")
+    items = [SimpleNamespace(callspec=SimpleNamespace(params={"case": cases[0]}), module="m"),
+             SimpleNamespace(callspec=SimpleNamespace(params={"other": cases[1]}), module="m"),
+             SimpleNamespace(name="no-callspec")]
+    assert selected_ids(items, ("case",)) == {"c0"}
+    assert selected_ids(items, ("case", "other"), module="x") == set()

@@ -55,7 +55,7 @@ def test_an_unexpected_trap_in_a_load_batch_fails_its_own_case_only(gpu, kernels
     assert trap.expect == "trap", "the made case must be a trap by the model's rule"
     batch = cases[:6] + [trap] + cases[6:]
     b = LoadBatches(gpu, kernels, batch)
-    assert len(b.members) == 1, "all in one batch"
+    assert len(b.batches.members) == 1, "all in one batch"
     with pytest.raises(AssertionError, match="it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION") as info:
         b.result(trap)
     assert trap.id in str(info.value) and "run alone in the isolated child" in str(info.value)
