@@ -242,6 +242,8 @@ def test_results_json_states(xdist_run):
     assert cases_only({k: c["state"] for k, c in cases.items()}) == EXPECTED
     assert cases[NODE]["state"] in ("passed", "skipped")    # no --require-gpus: never failed
     assert cases["test_tiny.py::test_fail_rule"]["rule"] == "R-7"
+    # results.json keeps the one message shape too, a plain assert included
+    assert cases["test_tiny.py::test_fail_rule"]["message"].startswith("[rule R-7] [case test_fail_rule] ")
     assert cases["test_tiny.py::test_fail_message_rule"]["rule"] == "tiled.box"
     assert cases["test_tiny.py::test_known_passes"]["known_issue"]["id"] == "KI-2"
     assert cases["test_tiny.py::test_known_skip"]["known_issue"]["mode"] == "skip"
