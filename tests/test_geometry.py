@@ -60,7 +60,6 @@ def test_swizzle_span_one_table():
     assert geo.SWIZZLE_SPAN == {Swizzle.NONE: None, Swizzle.B32: 32, Swizzle.B64: 64,
                                 Swizzle.B128: 128, Swizzle.B128_ATOM_32B: 128,
                                 Swizzle.B128_ATOM_32B_FLIP_8B: 128, Swizzle.B128_ATOM_64B: 128}
-    assert enums.SWIZZLE_SPAN is geo.SWIZZLE_SPAN      # the name device_encode imports
     assert R.span is geo.span
     assert [geo.span(s) for s in range(8)] == [None, 32, 64, 128, 128, 128, 128, None]
     text = " ".join(seed("004").split())
