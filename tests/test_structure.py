@@ -175,3 +175,8 @@ def test_a_suite_case_without_a_registered_rule_is_refused(tmp_path, marker, pro
     cp = pytest_run(root, "--collect-only", "-q")
     assert cp.returncode == 4, cp.stdout[-2000:] + cp.stderr[-2000:]
     assert problem in cp.stdout + cp.stderr
+    # under xdist a usage error in a worker would be an INTERNALERROR: the case fails
+    # in its setup instead, naming the problem
+    cp = pytest_run(root, "-n", "2", "-q", f"--report-dir={tmp_path / 'out'}")
+    assert cp.returncode == 1 and "INTERNALERROR" not in cp.stdout, cp.stdout[-3000:]
+    assert "fix the suite" in cp.stdout and ("no rule" in cp.stdout or "not in the registry" in cp.stdout)
