@@ -9,7 +9,16 @@ whole id fragment between ``[ ] - _ , = / : .`` or the ends:
   rank        rank3, rank=3, r3, 3d
   scope       scope-gpu, scope=sys, scope_cta, gpu-scope, scopegpu (cta, cluster, gpu, sys)
   l2          l2none l2-64 l2-128 l2-256
-A case without a fragment for an axis counts under "-" for that axis.
+  mode        tile, im2col, im2colw (-> im2col-w), im2colw128 (-> im2col-w128); the host-encoding
+              suite's spellings tiled, im2colwide + wideW / wideW128 too.  Without one, the suite file
+              gives it: test_tma_load.py and test_multicast.py load tiles, test_im2col_load.py im2col
+  cluster     cl1 ... cl16 (the cluster size)
+  mask        mask0b{bits} (bit i = CTA rank i, most significant first, one digit per CTA of the
+              cluster): "all" (every CTA), "one" (a single CTA), "sparse" (any other subset)
+  map         -dev-template, -dev-zeros, -dev-copy (a map built or copied on the device); the other
+              cases of the load suites (LOAD_SUITES) load through the host-encoded map: "host"
+A case without a fragment for an axis counts under "-" for that axis (the parsed dict has no key).
+Fragments are read from the part after the file's "::" only (a file path names no value).
 """
 from __future__ import annotations
 
@@ -29,6 +38,13 @@ except Exception:  # the report tools also run outside the checkout's harness
     _FILL = ["zerofill", "nanfill"]
 _SCOPES = ["cta", "cluster", "gpu", "sys"]
 _L2 = ["l2none", "l2-64", "l2-128", "l2-256"]
+_MODES = ["tile", "im2col", "im2col-w", "im2col-w128"]
+_MODE_OF = {"tile": "tile", "tiled": "tile", "im2col": "im2col", "im2colw": "im2col-w",
+            "im2colw128": "im2col-w128", "wideW": "im2col-w", "wideW128": "im2col-w128"}
+_MASKS = ["all", "one", "sparse"]
+_MAPS = ["host", "dev-template", "dev-zeros", "dev-copy"]
+# The load suites: each case loads through a map; the file says the mode when the id does not.
+LOAD_SUITES = {"test_tma_load.py": "tile", "test_multicast.py": "tile", "test_im2col_load.py": "im2col"}
 
 _B = r"(?:(?<=[\[\]\-_,=/:.\s])|^)"
 _E = r"(?=[\[\]\-_,=/:.\s]|$)"
@@ -46,20 +62,52 @@ _PATTERNS = {
     "rank": re.compile(_B + r"(?:rank[=\-_]?(\d)|r(\d)|(\d)d)" + _E),
     "scope": re.compile(_B + rf"(?:scope[=\-_]?({_alt(_SCOPES)})|({_alt(_SCOPES)})[\-_]?scope)" + _E),
     "l2": re.compile(_B + f"({_alt(_L2)})" + _E),
+    "cluster": re.compile(_B + r"cl(1[0-6]|[1-9])" + _E),
 }
-AXES = ("dtype", "swizzle", "interleave", "fill", "rank", "scope", "l2")
+# "im2colwide" (the host-encoding suite) is a prefix of its wideW / wideW128 fragment, not a mode.
+_MODE_RX = re.compile(_B + f"({_alt(_MODE_OF)})" + _E)
+_MASK_RX = re.compile(_B + r"mask0b([01]{1,16})" + _E)
+_MAP_RX = re.compile(_B + r"dev-(template|zeros|copy)" + _E)
+AXES = ("dtype", "swizzle", "interleave", "fill", "rank", "scope", "l2", "mode", "cluster", "mask", "map")
 ORDER = {"dtype": _DTYPES, "swizzle": _SWZ, "interleave": _IL, "fill": _FILL,
-         "rank": [str(i) for i in range(1, 6)], "scope": _SCOPES, "l2": _L2}
+         "rank": [str(i) for i in range(1, 6)], "scope": _SCOPES, "l2": _L2, "mode": _MODES,
+         "cluster": [str(i) for i in range(1, 17)], "mask": _MASKS, "map": _MAPS}
+
+
+def mask_kind(bits: str, cluster: int | None = None) -> str:
+    """``"1011"`` -> "sparse": "all" when every one of the cluster's CTAs is in the mask (all
+    digits 1 and one digit per CTA; the cluster size is ``cluster``, else the number of
+    digits), "one" for a single CTA, "sparse" otherwise."""
+    n = len(bits) if cluster is None else cluster
+    if set(bits) == {"1"} and len(bits) == n:
+        return "all"
+    return "one" if bits.count("1") == 1 else "sparse"
 
 
 def parse(case_id: str) -> dict[str, str]:
     """``suites/x.py::test_load[f16-rank3-swz128]`` -> {"dtype": "f16", "rank": "3", ...}."""
-    tail = case_id.split("::", 1)[-1]
+    path, sep, tail = case_id.partition("::")
+    if not sep:                        # a file's node id (a collection error) or a bare name
+        path, tail = (case_id, "") if case_id.endswith(".py") else ("", case_id)
     out = {}
     for axis, rx in _PATTERNS.items():
         m = rx.search(tail)
         if m:
             out[axis] = next(g for g in m.groups() if g is not None)
+    suite_file = path.replace("\\", "/").rsplit("/", 1)[-1]
+    params = tail[tail.find("["):] if "[" in tail else ""
+    m = _MODE_RX.search(params) or _MODE_RX.search(tail)    # test_im2col_load[...-im2colw-...]: im2col-w
+    mode = _MODE_OF[m.group(1)] if m else LOAD_SUITES.get(suite_file)
+    if mode:
+        out["mode"] = mode
+    m = _MASK_RX.search(tail)
+    if m:
+        out["mask"] = mask_kind(m.group(1), int(out["cluster"]) if "cluster" in out else None)
+    m = _MAP_RX.search(tail)
+    if m:
+        out["map"] = "dev-" + m.group(1)
+    elif suite_file in LOAD_SUITES:
+        out["map"] = "host"
     return out
 
 

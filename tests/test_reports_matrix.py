@@ -32,7 +32,8 @@ KNOWN = [{"id": "KI-7", "pattern": "*il16*", "reason": "x", "evidence": "https:/
 
 def test_axes_parse():
     p = axes.parse("suites/test_tma_load.py::test_load[bf16-rank3-swz64-il0-nanfill]")
-    assert p == {"dtype": "bf16", "rank": "3", "swizzle": "swz64", "interleave": "il0", "fill": "nanfill"}
+    assert p == {"dtype": "bf16", "rank": "3", "swizzle": "swz64", "interleave": "il0", "fill": "nanfill",
+                 "mode": "tile", "map": "host"}          # the tiled-load suite: tile loads, host maps
     assert axes.parse("suites/x.py::test[f32ftz-2d]") == {"dtype": "f32ftz", "rank": "2"}
     assert axes.parse("suites/test_fence.py::test_publish[scope-gpu]") == {"scope": "gpu"}
     assert axes.parse("suites/test_fence.py::test_publish[sys-scope-r4-l2-128]") == \
