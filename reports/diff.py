@@ -19,6 +19,7 @@ import json
 import re
 from collections import Counter
 
+from . import axes
 from .fingerprint import props_of
 from .model import (rule_of_message, CaseResult, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS,
                     STATES, Run)
@@ -36,6 +37,14 @@ CLASS_WHAT = {
     "collection-error": "a suite file no longer collects (its cases are listed as vanished)",
 }
 MAX_LIST = 100
+# by_axis: the changed cases counted per parameter axis (reports.axes) and value.
+AXIS_COUNTS = ("regressions", "fixes", "new", "removed")
+AXIS_COUNT_WHAT = {
+    "regressions": "losses of verdict of cases in NEW (every regression class but vanished)",
+    "fixes": "now passing (the fixes list)",
+    "new": "cases only in NEW (the new_cases list, whatever their state)",
+    "removed": "cases only in OLD (regressions.vanished)",
+}
 _IGNORED_ENV = {"tmac.run_id", "tmac.command"}
 _ENV_GROUPS = [
     ("driver", re.compile(r"^tmac\.driver\.")),
@@ -145,6 +154,7 @@ def diff_runs(old: Run, new: Run) -> dict:
     out["still_failing"] = still
     out["collection_errors_gone"] = gone
     out["new_cases"] = [{"id": n[k].id, "state": n[k].state} for k in sorted(set(n) - set(o))]
+    out["by_axis"] = by_axis(out)
 
     po, pn = props_of(old), props_of(new)
     env = []
@@ -167,6 +177,29 @@ def diff_runs(old: Run, new: Run) -> dict:
         changed = [{"field": k, "old": fo.get(k), "new": fn.get(k)}
                    for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
         out["map_layout"] = {"compared": True, "changed": changed}
+    return out
+
+
+def by_axis(d: dict) -> dict[str, dict[str, dict[str, int]]]:
+    """The changed cases of a diff per parameter axis and value: ``{axis: {value: {"regressions",
+    "fixes", "new", "removed"}}}``, values in the matrix's order, "-" for the changed cases whose
+    id names no value.  Only the axes that some changed case names."""
+    groups = {"regressions": [r["id"] for c in CLASSES if c != "vanished" for r in d["regressions"][c]],
+              "fixes": [r["id"] for r in d["fixes"]],
+              "new": [r["id"] for r in d["new_cases"]],
+              "removed": [r["id"] for r in d["regressions"]["vanished"]]}
+    counts: dict[str, dict[str, Counter]] = {a: {} for a in axes.AXES}
+    for what, ids in groups.items():
+        for cid in ids:
+            parsed = axes.parse(cid)
+            for a in axes.AXES:
+                counts[a].setdefault(parsed.get(a, "-"), Counter())[what] += 1
+    out = {}
+    for a in axes.AXES:
+        if set(counts[a]) <= {"-"}:
+            continue
+        out[a] = {v: {w: counts[a][v][w] for w in AXIS_COUNTS}
+                  for v in sorted(counts[a], key=lambda v: axes.sort_key(a, v))}
     return out
 
 
@@ -221,6 +254,7 @@ def to_doc(d: dict, accept=()) -> Document:
                 f"yes (--accept {c})" if c in accept else "no"] for c in CLASSES]
     doc.sections.append(Section("Regressions by class", tables=[
         Table(["class", "what", "cases", "accepted"], summary)]))
+    doc.sections.append(_axis_section(d))
     for c in CLASSES:
         if not regs[c]:
             continue
@@ -282,6 +316,24 @@ def to_doc(d: dict, accept=()) -> Document:
         sec.tables.append(Table(["field", "old", "new"], rows, note))
     doc.sections.append(sec)
     return doc
+
+
+def _axis_section(d: dict) -> Section:
+    ba = d["by_axis"]
+    sec = Section("Changes by parameter axis", level=3)
+    if not ba:
+        sec.paragraphs.append("No changed case names a parameter axis." if any(
+            d["regressions"][c] for c in CLASSES) or d["fixes"] or d["new_cases"] else "No changed cases.")
+        return sec
+    sec.paragraphs.append("The regressions, fixes, new and removed cases per value of each axis that a "
+                          "changed case names (values parsed from the case ids as in the matrix; \"-\": "
+                          "the id names none). " + "; ".join(f"{w}: {t}" for w, t in AXIS_COUNT_WHAT.items())
+                          + ".")
+    rows = [[a if i == 0 else "", Cell(v, "mono")]
+            + [Cell(str(c[w]), "flag" if w in ("regressions", "removed") and c[w] else "") for w in AXIS_COUNTS]
+            for a, values in ba.items() for i, (v, c) in enumerate(values.items())]
+    sec.tables.append(Table(["axis", "value"] + list(AXIS_COUNTS), rows))
+    return sec
 
 
 def to_markdown_text(d: dict, accept=()) -> str:

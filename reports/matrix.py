@@ -58,7 +58,10 @@ def document(run: Run) -> Document:
             per_axis[a][parsed.get(a, "-")][c.state] += 1
     axis_sec = Section("Per parameter axis", paragraphs=[
         "Values parsed from the case ids (reports/README.md lists the spellings); \"-\" counts the cases "
-        "whose id names no value for that axis."])
+        "whose id names no value for that axis. A load suite's case (tiled, im2col, multicast) whose id "
+        "names no mode takes its file's (tile, im2col), and one that names no device-built or device-copied "
+        "map loads through the host map (map host). Mask: all = every CTA of the cluster, one = a single "
+        "CTA, sparse = any other subset."])
     for a in axes.AXES:
         values = per_axis[a]
         if set(values) <= {"-"}:
@@ -68,7 +71,8 @@ def document(run: Run) -> Document:
         axis_sec.tables.append(Table([a] + STATE_HEADERS, rows))
     if not axis_sec.tables:
         axis_sec.paragraphs.append("No case id in this run names a data type, swizzle, interleave, fill, "
-                                   "rank, scope or L2 value.")
+                                   "rank, scope, L2, load mode, cluster size, multicast mask or map "
+                                   "value, and no case is of a load suite.")
     doc.sections.append(axis_sec)
 
     # failures
