@@ -10,12 +10,12 @@ whole id fragment between ``[ ] - _ , = / : .`` or the ends:
   scope       scope-gpu, scope=sys, scope_cta, gpu-scope, scopegpu (cta, cluster, gpu, sys)
   l2          l2none l2-64 l2-128 l2-256
   mode        tile, im2col, im2colw (-> im2col-w), im2colw128 (-> im2col-w128); the host-encoding
-              suite's spellings tiled, im2colwide + wideW / wideW128 too.  Without one, the suite file
-              gives it: test_tma_load.py and test_multicast.py load tiles, test_im2col_load.py im2col
+              suite's spellings tiled, im2colwide + wideW / wideW128 too; the [...] parameters
+              first, then the test's name.  Without one, the suite file gives it: test_tma_load.py and test_multicast.py load tiles, test_im2col_load.py im2col
   cluster     cl1 ... cl16 (the cluster size)
   mask        mask0b{bits} (bit i = CTA rank i, most significant first, one digit per CTA of the
               cluster): "all" (every CTA), "one" (a single CTA), "sparse" (any other subset)
-  map         -dev-template, -dev-zeros, -dev-copy (a map built or copied on the device); the other
+  map         dev-template, dev-zeros, dev-copy (a map built or copied on the device); the other
               cases of the load suites (LOAD_SUITES) load through the host-encoded map: "host"
 A case without a fragment for an axis counts under "-" for that axis (the parsed dict has no key).
 Fragments are read from the part after the file's "::" only (a file path names no value).

@@ -97,3 +97,56 @@ def test_matrix_from_junit_only(tmp_path):
 def test_matrix_unreadable_exits_2(tmp_path, capsys):
     assert main(["matrix", str(tmp_path / "nothing")]) == 2
     assert "unreadable input" in capsys.readouterr().err
+
+
+LOADS = {
+    "suites/test_multicast.py::test_multicast[tile-cl4-mask0b1011-src0-f16-r2-box64x8-swz128-zerofill-interior]":
+        "passed",
+    "suites/test_multicast.py::test_multicast[tile-cl4-mask0b1111-src2-f16-r2-box64x8-swz128-zerofill-interior]":
+        {"state": "failed", "rule": "tma-load.multicast", "message": "CTA 3: bytes differ"},
+    "suites/test_multicast.py::test_multicast[tile-cl16-mask0b1111111111111111-src3-u8-r3-box32x2x2-swz0-nanfill-"
+    "dev-zeros]": {"state": "skipped", "skip_kind": "arch-lacks-feature",
+                   "message": "cluster of 16: cuOccupancyMaxActiveClusters says 0"},
+    "suites/test_multicast.py::test_multicast[tile-cl2-mask0b10-src1-u8-r3-box32x2x2-swz0-nanfill-dev-template]":
+        "passed",
+    "suites/test_im2col_load.py::test_im2col_load[f32-r4-im2col-cpp16-ppc32-swz64-il0-zerofill-lom1m1-hi00-es1-"
+    "offw1h0-straddle-lo-dev-copy]": "passed",
+    "suites/test_im2col_load.py::test_im2col_load[f32-r4-im2colw128-cpp16-ppc32-swz64-il0-zerofill]": "passed",
+    "suites/test_im2col_load.py::test_im2col_load_trap[f32-r4-c0=4]": "passed",
+    "suites/test_tma_load.py::test_tma_load[f16-r2-box64x8-swz128-il0-zerofill-es1-interior]": "passed",
+    "suites/test_fence_scopes.py::test_publish[scope-gpu]": "passed",
+}
+
+
+def test_matrix_load_axes(tmp_path):
+    """mode, cluster, mask and map get their tables, values in order and "-" last."""
+    md, html = render(load_run(run_dir(tmp_path / "r", LOADS, env())))
+    tables = {}
+    for block in md.split("\n\n"):
+        lines = block.strip().splitlines()
+        if lines and lines[0].startswith("| ") and " | passed |" in lines[0]:
+            tables[lines[0].split(" | ")[0][2:]] = lines[2:]
+    for axis in ("mode", "cluster", "mask", "map"):
+        assert axis in tables, axis
+    # columns: passed, failed, known issue, skipped, could not build, total
+    assert tables["mode"] == ["| tile | 3 | **1** | 0 | 1 | 0 | 5 |", "| im2col | 2 | 0 | 0 | 0 | 0 | 2 |",
+                              "| im2col-w128 | 1 | 0 | 0 | 0 | 0 | 1 |", "| - | 1 | 0 | 0 | 0 | 0 | 1 |"]
+    assert tables["cluster"] == ["| 2 | 1 | 0 | 0 | 0 | 0 | 1 |", "| 4 | 1 | **1** | 0 | 0 | 0 | 2 |",
+                                 "| 16 | 0 | 0 | 0 | 1 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 5 |"]
+    assert tables["mask"] == ["| all | 0 | **1** | 0 | 1 | 0 | 2 |", "| one | 1 | 0 | 0 | 0 | 0 | 1 |",
+                              "| sparse | 1 | 0 | 0 | 0 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 5 |"]
+    assert tables["map"] == ["| host | 4 | **1** | 0 | 0 | 0 | 5 |", "| dev-template | 1 | 0 | 0 | 0 | 0 | 1 |",
+                             "| dev-zeros | 0 | 0 | 0 | 1 | 0 | 1 |", "| dev-copy | 1 | 0 | 0 | 0 | 0 | 1 |",
+                             "| - | 1 | 0 | 0 | 0 | 0 | 1 |"]
+    assert "Mask: all = every CTA of the cluster" in md
+    assert "<th>cluster</th>" in html and "<th>mask</th>" in html
+
+
+def test_matrix_without_axes_says_so(tmp_path):
+    run = load_run(run_dir(tmp_path / "r", {"suites/test_toolchain.py::test_builds": "passed",
+                                            "suites/test_device_encode.py::test_field_footprints_learned": "passed"},
+                           env()))
+    md, _ = render(run)
+    assert ("No case id in this run names a data type, swizzle, interleave, fill, rank, scope, L2, load mode, "
+            "cluster size, multicast mask or map value, and no case is of a load suite.") in md
+    assert "| mode |" not in md and "| cluster |" not in md
