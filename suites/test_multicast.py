@@ -82,6 +82,8 @@ def test_multicast(mc_case, mc_batches):
         if got != want:
             what = "the model's box" if mc_case.receives(r) else "its untouched poison"
             errors.append((rule, f"{role}: shared memory is not {what}: {_first_diff(got, want)}"))
+    if errors and not mc_case.receives(mc_case.src):
+        errors.append((rule, f"the issuer is outside the mask: {mc.ISSUER_OUTSIDE_EVIDENCE}"))
     if errors and mc_case.built and run.host_map is not None and run.device_map is not None:
         same = run.host_map == run.device_map
         errors.append((rule, "the device-built map is " + ("bit-identical to" if same else
@@ -96,7 +98,7 @@ _support: dict = {}
 
 @pytest.mark.parametrize("size", _SIZES, ids=[f"cl{n}" for n in _SIZES])
 @pytest.mark.rule("cluster.portable-size")
-def test_cluster_size_runs(size, gpu, kernels):
+def test_cluster_size_runs(size, gpu, kernels, record_property):
     """cuOccupancyMaxActiveClusters for the multicast kernel: at least one cluster of 2, 4
     and 8 CTAs (the portable size); 16 is non-portable: recorded, skipped when 0."""
     if not _support:
@@ -107,6 +109,7 @@ def test_cluster_size_runs(size, gpu, kernels):
               f"the occupancy query did not return: {out}")
         _support.update(out.value)
     count, why = _support[size]
+    record_property("max_active_clusters", count)
     if size > 8 and count == 0:
-        pytest.skip(why)
+        pytest.skip(f"{why} (where it runs: {mc.CLUSTER_EVIDENCE})")
     check(count > 0, "cluster.portable-size", f"cl{size}", why)
