@@ -88,6 +88,7 @@ def test_expected_images():
     inside = mc.expected(c, c.destinations[0])
     assert inside == tl.load(c.load, mc.global_bytes(c), 0).data
     assert mc.expected(c, c.src) == bytes([tl.POISON]) * tl.copy_bytes(c.load)
+    assert inside != mc.expected(c, c.src)       # the check tells a delivered box from poison
     # the data are the tiled case's own
     tiled = {t.id: t for t in tl.generate("standard")}[c.data_id]
     assert (mc.global_bytes(c) == tl.global_bytes(tiled)).all()
