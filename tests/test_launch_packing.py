@@ -55,3 +55,37 @@ def test_count_mismatch():
 def test_tensor_map_must_be_128_bytes():
     with pytest.raises(ValueError, match="128 bytes"):
         TensorMapArg(b"\0" * 64)
+
+
+# ---- cluster launches (cuLaunchKernelEx + CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+from fixtures.cuda_layer.launch import PORTABLE_CLUSTER, cluster_plan, launch_config  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16])
+def test_cluster_plan_shape(n):
+    plan = cluster_plan(n * 5, 128, n, 4096)
+    assert plan.grid == (n * 5, 1, 1) and plan.block == (128, 1, 1) and plan.cluster == (n, 1, 1)
+    assert plan.clusters == 5 and plan.cluster_size == n and plan.shared_mem == 4096
+    assert plan.non_portable == (n > PORTABLE_CLUSTER)
+
+
+def test_cluster_plan_refuses_partial_clusters_and_oversize():
+    with pytest.raises(ValueError, match="whole number of clusters"):
+        cluster_plan(6, 128, 4)
+    with pytest.raises(ValueError, match="more than 16"):
+        cluster_plan(32, 128, 32)
+    with pytest.raises(ValueError):
+        cluster_plan(0, 128, 1)
+
+
+def test_launch_config_packs_the_cluster_attribute():
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver as d
+    cfg = launch_config(cluster_plan((8, 2), (64, 2), (4, 2), 1000))
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ) == (8, 2, 1)
+    assert (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) == (64, 2, 1)
+    assert cfg.sharedMemBytes == 1000 and cfg.numAttrs == 1
+    (attr,) = cfg.attrs
+    assert attr.id == d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    cd = attr.value.clusterDim
+    assert (cd.x, cd.y, cd.z) == (4, 2, 1)

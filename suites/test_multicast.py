@@ -1,0 +1,115 @@
+"""Cluster multicast TMA loads (PTX ISA, cp.async.bulk.tensor ``.multicast::cluster``),
+bit-exactly against the tiled model (fixtures/tma_load/model.py), and loads through maps
+built on the device.
+
+Cases come from fixtures/tma_load/multicast.py: clusters of 2, 4, 8 and 16 CTAs x CTA
+masks (every CTA, one, sparse subsets) x the issuing CTA (inside and outside the mask) x
+tiled loads drawn from the tiled suite's cases; a quarter of them load through a map
+built on the device (``-dev-template``, ``-dev-zeros``). Each case is one cluster and its
+own test id; the GPU work runs in batches, one cluster launch per cluster size
+(kernels/multicast_load.cu, fixtures/tma_load/multicast_runner.py), in the worker's
+isolated child. Every CTA of the cluster is checked: a CTA of the mask holds the model's
+box and saw its own mbarrier complete within the bound; a CTA outside it holds its
+poison and finished.
+"""
+from __future__ import annotations
+
+import pytest
+
+import fixtures.tma_load as tl
+from fixtures.cuda_layer import status as st
+from fixtures.cuda_layer.batching import selected_ids
+from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap import sweep
+from fixtures.tensormap.registry import check, fail_all
+
+mc = tl.multicast
+
+
+def pytest_generate_tests(metafunc):
+    if "mc_case" in metafunc.fixturenames:
+        cases = list(mc.generate(sweep.level(metafunc.config)))
+        metafunc.parametrize("mc_case", cases, ids=[c.id for c in cases])
+
+
+@pytest.fixture(scope="module")
+def mc_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("mc_case",))
+    return tl.MulticastBatches(gpu, kernels, [c for c in mc.generate(sweep.level(request.config))
+                                              if c.id in selected])
+
+
+def _first_diff(got: bytes, want: bytes) -> str:
+    n = min(len(got), len(want))
+    diffs = [i for i in range(n) if got[i] != want[i]]
+    if len(got) != len(want):
+        return f"{len(got)} bytes copied out, {len(want)} expected"
+    k = diffs[0]
+    poison = sum(1 for i in diffs if got[i] == tl.POISON)
+    return (f"{len(diffs)} of {n} bytes differ, first at {k} (hardware 0x{got[k]:02x}, "
+            f"expected 0x{want[k]:02x}){f'; {poison} still hold the poison' if poison else ''}")
+
+
+def test_multicast(mc_case, mc_batches):
+    """Every CTA of the mask receives the model's box at the same offset and completes its own
+    mbarrier; every CTA outside it is untouched and finishes."""
+    run = mc_batches.result(mc_case)
+    if run.unsupported:
+        pytest.skip(run.unsupported)
+    rule, cid = mc_case.rule, mc_case.id
+    check(run.encode_status == "CUDA_SUCCESS", rule, cid,
+          f"cuTensorMapEncodeTiled returned {run.encode_status} for a map the documented rules "
+          f"(seed 004) allow")
+    if mc_case.built:
+        if mc_case.built == "template":
+            check(run.template_status == "CUDA_SUCCESS", rule, cid,
+                  f"the template map's host encoding returned {run.template_status}")
+        check(run.build_status == st.OK, rule, cid,
+              f"building the map on the device ({mc_case.built}): status "
+              f"{st.describe(run.build_status)}")
+    check(run.launched, rule, cid, "the case was not launched")
+    errors = []
+    if not run.global_intact:
+        errors.append((rule, f"the load changed global memory: {run.global_note}"))
+    for r in range(mc_case.cluster):
+        want = mc.expected(mc_case, r)
+        got, code = run.images[r], run.statuses[r]
+        role = (f"CTA {r} ({'in' if mc_case.receives(r) else 'outside'} mask "
+                f"{mc.mask_id(mc_case.mask, mc_case.cluster)}"
+                f"{', the issuer' if r == mc_case.src else ''})")
+        if code != st.OK:
+            errors.append((rule, f"{role}: status {st.describe(code)}"))
+        if got != want:
+            what = "the model's box" if mc_case.receives(r) else "its untouched poison"
+            errors.append((rule, f"{role}: shared memory is not {what}: {_first_diff(got, want)}"))
+    if errors and not mc_case.receives(mc_case.src):
+        errors.append((rule, f"the issuer is outside the mask: {mc.ISSUER_OUTSIDE_EVIDENCE}"))
+    if errors and mc_case.built and run.host_map is not None and run.device_map is not None:
+        same = run.host_map == run.device_map
+        errors.append((rule, "the device-built map is " + ("bit-identical to" if same else
+                                                           "not bit-identical to")
+                       + " the host-encoded map of the same parameters"))
+    fail_all(cid, errors)
+
+
+_SIZES = (2, 4, 8, 16)
+_support: dict = {}
+
+
+@pytest.mark.parametrize("size", _SIZES, ids=[f"cl{n}" for n in _SIZES])
+@pytest.mark.rule("cluster.portable-size")
+def test_cluster_size_runs(size, gpu, kernels, record_property):
+    """cuOccupancyMaxActiveClusters for the multicast kernel: at least one cluster of 2, 4
+    and 8 CTAs (the portable size); 16 is non-portable: recorded, skipped when 0."""
+    if not _support:
+        kernels.build(tl.multicast_runner.KERNEL_SOURCE, arch=gpu.arch)
+        out = run_isolated("fixtures.tma_load.multicast_runner:support_target", gpu.arch,
+                           str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
+        check(out.kind == "returned", "cluster.portable-size", f"cl{size}",
+              f"the occupancy query did not return: {out}")
+        _support.update(out.value)
+    count, why = _support[size]
+    record_property("max_active_clusters", count)
+    if size > 8 and count == 0:
+        pytest.skip(f"{why} (where it runs: {mc.CLUSTER_EVIDENCE})")
+    check(count > 0, "cluster.portable-size", f"cl{size}", why)

@@ -1,0 +1,103 @@
+"""The multicast cases (fixtures/tma_load/multicast.py): ids, coverage, counts (no GPU)."""
+import re
+
+import pytest
+
+import fixtures.tma_load as tl
+from fixtures.tensormap.params import load_to_dict
+
+mc = tl.multicast
+LEVELS = ("smoke", "standard", "full")
+ID = re.compile(r"^tile-cl(\d+)-mask0b([01]+)-src(\d+)-(.+?)(-dev-(template|zeros))?$")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_ids_unique_and_read_like_the_case(level):
+    cases = mc.generate(level)
+    assert len({c.id for c in cases}) == len(cases)
+    for c in cases:
+        m = ID.match(c.id)
+        assert m, c.id
+        n, bits, src, load_id, _, built = m.groups()
+        assert int(n) == c.cluster and len(bits) == c.cluster
+        assert int(bits, 2) == c.mask and int(src) == c.src and built == c.built
+        assert load_id == c.data_id and c.mode == "tile"
+        # bit i = CTA rank i, written most significant first
+        assert all((bits[c.cluster - 1 - r] == "1") == c.receives(r) for r in range(c.cluster))
+        assert c.rule == ("tma-load.device-built-map" if c.built else "tma-load.multicast")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_ids_are_stable_and_cached(level):
+    a = [c.id for c in mc.generate(level)]
+    mc.generate.cache_clear()
+    b = [c.id for c in mc.generate(level)]
+    assert a == b
+    assert mc.generate(level) is mc.generate(level)
+
+
+def test_known_ids():
+    ids = {c.id for c in mc.generate("standard")}
+    assert "tile-cl2-mask0b11-src0-u64-r1-box16-swz128-il0-zerofill-esN-interior" in ids
+
+
+@pytest.mark.parametrize("level,low,high", [("smoke", 30, 60), ("standard", 220, 300),
+                                            ("full", 850, 1000)])
+def test_counts(level, low, high):
+    s = mc.summary(mc.generate(level))
+    assert low <= s["total"] <= high, s
+    dev = s["map"].get("template", 0) + s["map"].get("zeros", 0)
+    assert dev * 4 == s["total"] or abs(dev / s["total"] - 0.25) < 0.03, s
+    assert s["map"]["template"] and s["map"]["zeros"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_cluster_and_mask_coverage(level):
+    cases = mc.generate(level)
+    for n in mc.CLUSTERS:
+        mine = [c for c in cases if c.cluster == n]
+        assert mine, n
+        masks = {c.mask for c in mine}
+        full = (1 << n) - 1
+        assert full in masks                                        # every CTA
+        assert any(c.src not in c.destinations for c in mine)       # issuer outside the mask
+        assert any(c.mask != full and c.receives(c.src) for c in mine)
+        if level != "smoke":
+            assert any(bin(m).count("1") == 1 for m in masks)      # one CTA
+            assert {c.src for c in mine if c.mask == full} == {0, n - 1}
+            if n > 2:
+                assert any(1 < bin(m).count("1") < n for m in masks)   # sparse subsets
+
+
+def test_mask_specs_valid():
+    for n in mc.CLUSTERS:
+        specs = mc.mask_specs(n)
+        assert len({(m, s) for _, m, s in specs}) == len(specs)
+        assert all(0 < m < (1 << n) and 0 <= s < n for _, m, s in specs)
+        if n > 2:
+            assert len(specs) == 8
+
+
+def test_params_round_trip():
+    for c in mc.generate("smoke"):
+        assert mc.case_from_params(c.params()) == c
+
+
+def test_expected_images():
+    c = next(c for c in mc.generate("standard") if c.src not in c.destinations)
+    inside = mc.expected(c, c.destinations[0])
+    assert inside == tl.load(c.load, mc.global_bytes(c), 0).data
+    assert mc.expected(c, c.src) == bytes([tl.POISON]) * tl.copy_bytes(c.load)
+    assert inside != mc.expected(c, c.src)       # the check tells a delivered box from poison
+    # the data are the tiled case's own
+    tiled = {t.id: t for t in tl.generate("standard")}[c.data_id]
+    assert (mc.global_bytes(c) == tl.global_bytes(tiled)).all()
+    assert load_to_dict(tiled.load) == load_to_dict(c.load)
+
+
+def test_templates_are_other_tensors():
+    for c in mc.generate("standard"):
+        if c.built == "template":
+            t = mc.template_for(c)
+            assert t.dtype != c.load.dtype and t.rank != c.rank
+            assert t.dtype.name not in ("TFLOAT32", "TFLOAT32_FTZ")
