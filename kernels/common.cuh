@@ -68,6 +68,54 @@ __device__ inline void tma_load(int rank, void* dst, const void* map, const s32*
   }
 }
 
+// One im2col TMA load (PTX ISA cp.async.bulk.tensor, .im2col: rank 3..5) of
+// `rank` tensor coordinates `c` and rank-2 im2col offsets `o` (16-bit each) into
+// `dst`, completing on `bar`. Inline PTX: the CCCL cuda::ptx wrappers of this
+// toolchain have no im2col form.
+__device__ inline void tma_load_im2col(int rank, void* dst, const void* map, const s32* c,
+                                      const s32* o, u64* bar) {
+  const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+  const u32 b = static_cast<u32>(__cvta_generic_to_shared(bar));
+  const unsigned short o0 = static_cast<unsigned short>(o[0]);
+  const unsigned short o1 = static_cast<unsigned short>(o[1]);
+  const unsigned short o2 = static_cast<unsigned short>(o[2]);
+  switch (rank) {
+    case 3:
+      asm volatile(
+          "cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3, %4}], [%5], {%6};"
+          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(b), "h"(o0) : "memory");
+      break;
+    case 4:
+      asm volatile(
+          "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
+          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b), "h"(o0),
+             "h"(o1) : "memory");
+      break;
+    default:
+      asm volatile(
+          "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], {%8, %9, %10};"
+          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(b),
+             "h"(o0), "h"(o1), "h"(o2) : "memory");
+      break;
+  }
+}
+
+// Copy the 128-byte map `src` (global) to the global slot `dst` on the device: through
+// shared memory `stage`, then tensormap.cp_fenceproxy (release, .gpu) to `dst`, so that
+// a later fence.proxy.tensormap acquire on `dst` (prepare_global_map_load) sees it.
+// Warp 0 of the block runs it (the copy is .sync.aligned); then __syncthreads().
+__device__ inline void copy_map_on_device(TensorMap* dst, const TensorMap* src, TensorMap* stage) {
+  if (threadIdx.x < 32) {
+    if (threadIdx.x < 16) stage->opaque[threadIdx.x] = src->opaque[threadIdx.x];
+    __syncwarp();
+    ptx::tensormap_cp_fenceproxy(ptx::sem_release, ptx::scope_gpu, dst, stage, ptx::n32_t<128>{});
+  }
+  __syncthreads();
+}
+
 // The load of one block: thread 0 issues it and tells the barrier to expect
 // `tx_bytes`; every thread waits with the bound. Returns false on timeout.
 // The barrier must be initialised (init_barrier) and published (__syncthreads()).
