@@ -1,6 +1,7 @@
 """NVRTC builds and the cubin cache: miss, hit, key inputs, concurrent compiles, errors."""
 import concurrent.futures as cf
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,25 @@ def test_an_installation_without_nvrtc_could_not_build(kdir, tmp_path, monkeypat
     finally:
         monkeypatch.undo()
         toolchain.resolve.cache_clear()
+
+
+def test_precompile_builds_every_kernel_in_child_processes(tmp_path, monkeypatch):
+    """On a GPU machine the controller's session start builds PRECOMPILE into the run's
+    kernel cache, each kernel in a child process of its own (NVRTC holds the GIL: a build
+    thread stopped the controller), and the workers then find every cubin in the cache."""
+    from types import SimpleNamespace
+    from _pytest.stash import Stash
+    from fixtures.plugins import harness as plugin
+    monkeypatch.setattr(plugin.cuda_env, "probe", lambda: SimpleNamespace(available=True))
+    cache = tmp_path / "kc"
+    opts = {"arch": "sm_90a", "kernel_cache": str(cache)}
+    config = SimpleNamespace(getoption=lambda name, default=None: opts.get(name, default),
+                             option=SimpleNamespace(collectonly=False), stash=Stash())
+    session = SimpleNamespace(config=config)
+    plugin.pytest_sessionstart(session)
+    procs = config.stash[plugin._PRECOMPILE_KEY]
+    assert len(procs) == len(plugin.PRECOMPILE) and all(p.pid != os.getpid() for p in procs)
+    assert [p.wait(timeout=240) for p in procs] == [0] * len(procs)
+    for source in plugin.PRECOMPILE:
+        assert build.compile_kernel(source, arch="sm_90a", cache_dir=cache).cache_hit, source
+    plugin.pytest_sessionfinish(session)          # all ended: nothing to stop

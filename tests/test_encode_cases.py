@@ -153,3 +153,34 @@ def test_case_addresses_are_offsets():
     for c in ec.cases("smoke"):
         p = _view(c.params)
         assert p.address_offset is None or 0 <= p.address_offset < 4096
+
+
+def test_the_case_cache_gives_the_generated_cases(tmp_path, monkeypatch):
+    """A case list read back from the case cache is the generated one (same cases, same
+    order); a cache written by other code (another digest) or spoiled is not read, and
+    an unwritable cache only costs the generation."""
+    import pickle
+    from fixtures.cuda_layer import paths
+    monkeypatch.setenv(paths.CASE_CACHE_ENV, str(tmp_path / "cc"))
+    fresh = ec._generate("smoke")
+    calls = []
+
+    def produce():
+        calls.append(1)
+        return ec._generate("smoke")
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 1
+    (path,) = (tmp_path / "cc").glob("he-smoke-*.pickle")
+    assert path.name == f"he-smoke-{paths._fixtures_digest()}.pickle"
+    again = paths.cached_on_disk("he-smoke", produce)
+    assert again == fresh and [c.id for c in again] == [c.id for c in fresh] and len(calls) == 1
+    path.write_bytes(path.read_bytes()[:1000])                  # spoiled: generated again
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 2
+    stale = tmp_path / "cc" / "he-smoke-0000.pickle"             # other code's list
+    stale.write_bytes(pickle.dumps(("not", "these")))
+    monkeypatch.setattr(paths, "_DIGEST", "1111")
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 3
+    assert not stale.exists()                                   # earlier lists are removed
+    monkeypatch.setenv(paths.CASE_CACHE_ENV, str(tmp_path / "file"))
+    (tmp_path / "file").write_text("")                          # not a folder
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 4
+

@@ -256,3 +256,19 @@ def test_a_reused_report_folder_shows_only_this_run(tmp_path):
     env = (out / "environment.json").read_text()
     assert "stale" not in env and "no map_layout.json" in env
     assert "test_tiny.py::test_ok" in states(out) and "stale" not in (out / "junit.xml").read_text()
+
+
+def test_a_case_result_as_json_is_its_fields():
+    """results.json's case rows: every field that is set, and the suite; a copy (the
+    known issue's dict too), as dataclasses.asdict gave."""
+    from dataclasses import asdict
+    from reports.model import CaseResult
+    full = CaseResult("suites/test_x.py::test_a[c1]", "failed", "[rule r] [case c1] no", "r",
+                      None, {"id": "KI-1", "reason": "why", "mode": "xfail"}, 0.25, "call", "gw3")
+    bare = CaseResult("node::usable-gpus", "passed")
+    for c in (full, bare):
+        want = {k: v for k, v in dict(asdict(c), suite=c.suite).items() if v not in (None, "")}
+        assert c.to_json() == want
+    js = full.to_json()
+    assert js["known_issue"] is not full.known_issue and js["suite"] == "x"
+    assert set(bare.to_json()) == {"id", "state", "duration", "suite"}
