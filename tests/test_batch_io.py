@@ -247,3 +247,96 @@ def test_im2col_batches_fail_the_rule_the_suite_names(monkeypatch):
     b = tl.Im2colBatches(SimpleNamespace(arch="sm_90a", ordinal=0), _Kernels(), cases)
     with pytest.raises(RuleFailure, match=r"\[rule tma-load.im2col-device-copy\]"):
         b.result(cases[0], "tma-load.im2col-device-copy")
+
+
+# ---------------------------------------------------------------- the runners' launch code, faked
+
+class _FakeArray(np.ndarray):
+    """A "device" array: host memory with a fake 128-aligned address and cupy's get()."""
+
+    @property
+    def data(self):
+        return SimpleNamespace(ptr=self.fake_ptr)
+
+    def get(self):
+        return np.array(self)
+
+
+class _FakeCupy:
+    uint8, uint32 = np.uint8, np.uint32
+
+    def __init__(self):
+        self.arrays = []
+
+    def _dev(self, a):
+        d = np.array(a).view(_FakeArray)
+        d.fake_ptr = 0x100000 * (len(self.arrays) + 1)
+        self.arrays.append(d)
+        return d
+
+    def asarray(self, a):
+        return self._dev(a)
+
+    def full(self, n, v, dtype):
+        return self._dev(np.full(n, v, dtype=dtype))
+
+    def zeros(self, n, dtype):
+        return self._dev(np.zeros(n, dtype=dtype))
+
+
+class _FakeModule:
+    """The kernel: every status word OK, the output bytes 0..255 repeated, and one byte of
+    the first case's leading guard overwritten (so the global check has something to find)."""
+
+    def __init__(self, cp):
+        self.cp, self.launches = cp, []
+
+    def function(self, name):
+        def launch(grid, block, *args, **kw):
+            self.launches.append((name, grid, block, args, kw))
+            d_out, d_status = args[-4:-2] if name != "im2col_load_batch" else args[3:5]
+            d_status[:] = 0
+            d_out[:] = np.arange(d_out.size) % 256
+            self.cp.arrays[0][0] ^= 0xFF
+        return SimpleNamespace(launch=launch)
+
+
+@pytest.mark.parametrize("kind", ["tiled", "im2col", "wide"])
+def test_run_batch_lays_out_encodes_launches_and_checks(kind, monkeypatch):
+    """The tiled, im2col and wide ``run_batch`` on a fake cupy, encoder and kernel: each map
+    is encoded at the pool's address plus the case's hand-computed offset, every case gets
+    its status and its slice of the output, and the guard byte the fake kernel overwrote
+    is found in the first case's span only. (multicast_runner.run_batch's launch is not
+    faked: it needs the occupancy query and device-built maps; a GPU run exercises it.)"""
+    import sys
+    import fixtures.tensormap.encode as enc
+    cp = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    addresses = []
+
+    def fake_encode(*args, **kw):
+        addresses.append(args[2])
+        return enc.EncodeResult(0, "CUDA_SUCCESS", bytes(128))
+
+    for name in ("encode_tiled", "encode_im2col", "encode_im2col_wide"):
+        monkeypatch.setattr(enc, name, fake_encode)
+    cases = _hand_cases(kind)
+    _, _, offs, _ = HAND[kind]
+    if kind == "tiled":
+        cases = cases[:2]                       # one rank per batch
+        offs = offs[:2]
+    run = {"tiled": runner.run_batch, "im2col": im2col_runner.run_batch,
+           "wide": im2col_wide_runner.run_wide_batch}[kind]
+    module = _FakeModule(cp)
+    runs = run(module, cases)
+    pool_ptr = cp.arrays[0].fake_ptr
+    assert addresses == [pool_ptr + o for o in offs]
+    assert [r.case_id for r in runs] == [c.id for c in cases]
+    assert [r.tensor_base for r in runs] == offs and all(r.pool is not None for r in runs)
+    assert [r.status for r in runs] == [0] * len(cases)
+    assert all(r.image is not None and len(r.image) > 0 for r in runs)
+    assert [(r.global_intact, r.global_note) for r in runs] == (
+        [(False, "1 global byte(s) changed, first at tensor offset -256")]
+        + [(True, "")] * (len(cases) - 1))
+    (name, grid, block, _, kw), = module.launches
+    assert grid == len(cases) and block == 128 and kw["sync"] is True
