@@ -29,7 +29,6 @@ suites/test_toolchain.py).
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import fixtures.tma_load as tl
@@ -60,33 +59,14 @@ def im2col_batches(request, gpu, kernels):
                                            if c.expect == "data" and c.id in selected])
 
 
-def _elem_hex(buf: bytes, off: int, esize: int) -> str:
-    start = off - off % esize
-    return "0x" + buf[start:start + esize][::-1].hex()
-
-
 def _mismatch_message(case, got: bytes, want: bytes) -> str:
     """Which pixels and channels differ: the first few bytes, each with the pixel's
     tensor position and channel (fixtures.tma_load.im2col_model.describe_offset)."""
-    g = np.frombuffer(got, dtype=np.uint8)
-    w = np.frombuffer(want, dtype=np.uint8)
-    diff = np.flatnonzero(g != w)
     p = case.load
-    es = p.esize
-    lines = [f"{diff.size} of {w.size} shared-memory bytes differ from the model "
-             f"({tl.im2col.summary_of(p)}; filter-base bounds per W, H, D {tl.im2col.bounds(p)})"]
-    for off in diff[:8]:
-        off = int(off)
-        lines.append(f"  byte {off}: hardware 0x{g[off]:02x}, model 0x{w[off]:02x}; element "
-                     f"hardware {_elem_hex(got, off, es)}, model {_elem_hex(want, off, es)}; "
-                     f"{tl.im2col.describe_offset(p, off)}")
-    n_poison_hw = int((g[diff] == tl.POISON).sum())
-    if n_poison_hw:
-        lines.append(f"  {n_poison_hw} differing byte(s) still hold the shared-memory poison "
-                     f"0x{tl.POISON:02x}: the load did not write them")
-    if (diff >= tl.im2col.footprint(p)).any():
-        lines.append(f"  the load wrote past its footprint ({tl.im2col.footprint(p)} bytes)")
-    return "\n".join(lines)
+    return tl.mismatch_message(
+        got, want, f"{tl.im2col.summary_of(p)}; filter-base bounds per W, H, D {tl.im2col.bounds(p)}",
+        lambda off: tl.im2col.describe_offset(p, off), tl.im2col.footprint(p), esize=p.esize,
+        past="its footprint")
 
 
 def test_im2col_load(im2col_case, im2col_batches):
@@ -142,28 +122,17 @@ def wide_batches(request, gpu, kernels):
 
 
 def _wide_mismatch(case, got: bytes, want) -> str:
-    g = np.frombuffer(got, dtype=np.uint8)
-    w = np.frombuffer(want.data, dtype=np.uint8)
-    diff = np.flatnonzero(g != w)
     p = case.load
-    lines = [f"{diff.size} of {w.size} shared-memory bytes differ from the model "
-             f"(mode {p.mode.name}, rows {want.details['rows']}, row pitch "
-             f"{want.details['row_pitch']}, box W {want.details['box_w']}, tx bytes {tl.wide_smem_bytes(p)}, coords {p.coords}, wHalo {p.w_halo}, "
-             f"wOffset {p.w_offset}, dims {p.global_dim}, corners W {p.lower_w}/{p.upper_w}, "
-             f"element strides {p.element_strides})"]
-    for off in diff[:8]:
-        off = int(off)
-        lines.append(f"  byte {off}: hardware 0x{g[off]:02x}, model 0x{w[off]:02x}; "
-                     f"{tl.wide_describe_offset(p, off)}")
-    n_poison = int((g[diff] == tl.POISON).sum())
-    if n_poison:
-        lines.append(f"  {n_poison} differing byte(s) still hold the poison 0x{tl.POISON:02x}: "
-                     f"the load did not write them")
-    if (diff >= tl.wide_footprint(p)).any():
-        lines.append(f"  the load wrote past the rows' footprint ({tl.wide_footprint(p)} bytes)")
-    lines.append("  the model's open readings (fixtures/tma_load/im2col_wide_model.py "
-                 "UNVERIFIED_READINGS) are the first suspects: " + ", ".join(tl.UNVERIFIED_READINGS))
-    return "\n".join(lines)
+    return tl.mismatch_message(
+        got, want.data,
+        f"mode {p.mode.name}, rows {want.details['rows']}, row pitch "
+        f"{want.details['row_pitch']}, box W {want.details['box_w']}, tx bytes {tl.wide_smem_bytes(p)}, coords {p.coords}, wHalo {p.w_halo}, "
+        f"wOffset {p.w_offset}, dims {p.global_dim}, corners W {p.lower_w}/{p.upper_w}, "
+        f"element strides {p.element_strides}",
+        lambda off: tl.wide_describe_offset(p, off), tl.wide_footprint(p), poison="the poison",
+        past="the rows' footprint",
+        extra=["  the model's open readings (fixtures/tma_load/im2col_wide_model.py "
+               "UNVERIFIED_READINGS) are the first suspects: " + ", ".join(tl.UNVERIFIED_READINGS)])
 
 
 @pytest.mark.rule("tma-load.im2col-wide")

@@ -49,35 +49,13 @@ def tma_batches(request, gpu, kernels):
                                       if c.expect == "data" and c.id in selected])
 
 
-def _elem_hex(buf: bytes, off: int, esize: int) -> str:
-    start = off - off % esize
-    return "0x" + buf[start:start + esize][::-1].hex()
-
-
 def _mismatch_message(case, got: bytes, want: bytes) -> str:
-    g = np.frombuffer(got, dtype=np.uint8)
-    w = np.frombuffer(want, dtype=np.uint8)
-    diff = np.flatnonzero(g != w)
     p = case.load
-    es = p.esize
-    lines = [f"{diff.size} of {w.size} shared-memory bytes differ from the model "
-             f"(box bytes {tl.smem_bytes(p)}, counts {tl.box_counts(p)}, "
-             f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
-             f"element strides {p.element_strides}, dst offset {p.smem_offset})"]
-    for off in diff[:8]:
-        off = int(off)
-        where = tl.describe_offset(p, off)
-        lines.append(f"  byte {off}: hardware 0x{g[off]:02x}, model 0x{w[off]:02x}; element "
-                     f"hardware {_elem_hex(got, off, es)}, model {_elem_hex(want, off, es)}; "
-                     f"{where}")
-    n_poison_hw = int((g[diff] == tl.POISON).sum())
-    if n_poison_hw:
-        lines.append(f"  {n_poison_hw} differing byte(s) still hold the shared-memory poison "
-                     f"0x{tl.POISON:02x}: the load did not write them")
-    guard = tl.footprint(p)
-    if (diff >= guard).any():
-        lines.append(f"  the load wrote past the box footprint ({guard} bytes)")
-    return "\n".join(lines)
+    return tl.mismatch_message(
+        got, want, f"box bytes {tl.smem_bytes(p)}, counts {tl.box_counts(p)}, "
+        f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
+        f"element strides {p.element_strides}, dst offset {p.smem_offset}",
+        lambda off: tl.describe_offset(p, off), tl.footprint(p), esize=p.esize)
 
 
 @pytest.mark.rule("tma-load.model")
