@@ -15,7 +15,7 @@ from seeds import seed
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CUDA, VOCAB, PLUGINS = "cuda_layer", "tensormap", "plugins"
-FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain")
+FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store")
 SHARED = "fixtures.tma_load.through_map"      # the one module features share
 
 
@@ -115,6 +115,7 @@ def _registry():
     import fixtures.host_encode  # noqa: F401
     import fixtures.plugins.harness  # noqa: F401
     import fixtures.tma_load  # noqa: F401
+    import fixtures.tma_store  # noqa: F401
     import fixtures.toolchain  # noqa: F401
     from fixtures.tensormap import registry
     return registry.all_rules()
