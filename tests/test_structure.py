@@ -15,7 +15,7 @@ from seeds import seed
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CUDA, VOCAB, PLUGINS = "cuda_layer", "tensormap", "plugins"
-FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain")
+FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store")
 SHARED = "fixtures.tma_load.through_map"      # the one module features share
 
 
