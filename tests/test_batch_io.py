@@ -88,10 +88,15 @@ def _hand_cases(kind: str) -> list:
 
 
 def test_every_runner_shares_the_one_copy():
-    """The four runners use batch_io's pieces, not copies of them."""
-    for mod in (runner, im2col_runner, im2col_wide_runner, multicast_runner):
-        assert mod.host_pool is batch_io.host_pool and mod.check_global is batch_io.check_global
-        assert not hasattr(mod, "_layout"), mod.__name__
+    """The four runners use batch_io's pieces, not copies of them: the one-block-per-case
+    runners launch through run_blocks (which lays out the pool and checks it), the
+    multicast runner uses host_pool and check_global itself."""
+    for mod in (runner, im2col_runner, im2col_wide_runner):
+        assert mod.run_blocks is batch_io.run_blocks and mod.CaseRun is batch_io.CaseRun
+        assert not hasattr(mod, "_layout") and not hasattr(mod, "host_pool"), mod.__name__
+    assert multicast_runner.host_pool is batch_io.host_pool
+    assert multicast_runner.check_global is batch_io.check_global
+    assert not hasattr(multicast_runner, "_layout")
     for cls in (tl.LoadBatches, tl.Im2colBatches, tl.WideBatches, tl.MulticastBatches):
         assert issubclass(cls, batch_io.IsolatedBatches)
     assert runner.batch_target.__module__ == "fixtures.tma_load.runner"
