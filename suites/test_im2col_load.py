@@ -6,13 +6,16 @@ the pixel fits x OOB fill, each load with its own map (channels per pixel, pixel
 column, corners, element strides) and positions (inside, straddling each spatial edge,
 channel runs past dimension 0, a box outside the image, image 0, image 1, past the last
 image), the documented limits (channelsPerPixel 256, pixelsPerColumn 1024), and one load
-in 16 through its map copied on the device (``-dev-copy``). Each case is its own test id;
+in 16 through its map copied on the device (``-dev-copy``); and loads through interleaved
+maps (16B interleave under every swizzle, 32B with 32B swizzle: the NC/8HWC8 layout, one
+16/32-byte chunk per pixel, ``-il16-`` / ``-il32-``). Each case is its own test id;
 the GPU work runs in batches of one bucket (fixtures.cuda_layer.batching) launched by
 the batch's first test in the worker's isolated child (``im2col_load_batch``, one block
 per case). Each test compares its own shared-memory bytes with the model.
 
-Cases that must trap (an unaligned channel coordinate, measured on the H100) run one
-by one in the isolated child and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
+Cases that must trap (an unaligned channel coordinate; a filter base outside the box of
+an interleaved map: both measured on the H100) run one by one in the isolated child and
+must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
 
 im2col-wide TMA loads (``test_im2col_wide_load``: cp.async.bulk.tensor .im2col::w /
 .im2col::w::128) against fixtures/tma_load/im2col_wide_model.py, bit-exactly. Cases come
