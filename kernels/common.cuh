@@ -70,37 +70,54 @@ __device__ inline void tma_load(int rank, void* dst, const void* map, const s32*
 
 // One im2col TMA load (PTX ISA cp.async.bulk.tensor, .im2col: rank 3..5) of
 // `rank` tensor coordinates `c` and rank-2 im2col offsets `o` (16-bit each) into
-// `dst`, completing on `bar`. Inline PTX: the CCCL cuda::ptx wrappers of this
-// toolchain have no im2col form.
-__device__ inline void tma_load_im2col(int rank, void* dst, const void* map, const s32* c,
-                                      const s32* o, u64* bar) {
+// `dst`, completing on `bar`; with MULTICAST, to the CTAs of `mask` in the cluster
+// ("[dstMem], [tensorMap, tensorCoords], [mbar]{, im2colInfo} {, ctaMask}"), each
+// destination CTA's barrier at `bar`'s offset completing. Inline PTX: the CCCL
+// cuda::ptx wrappers of this toolchain have no im2col form.
+template <bool MULTICAST>
+__device__ inline void tma_load_im2col_to(int rank, void* dst, const void* map, const s32* c,
+                                          const s32* o, u64* bar, unsigned short mask) {
   const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
   const u32 b = static_cast<u32>(__cvta_generic_to_shared(bar));
   const unsigned short o0 = static_cast<unsigned short>(o[0]);
   const unsigned short o1 = static_cast<unsigned short>(o[1]);
   const unsigned short o2 = static_cast<unsigned short>(o[2]);
+#define TMAC_IM2COL(DIM, COORDS, OFFS, MASK, ...)                                             \
+  if constexpr (MULTICAST)                                                                  \
+    asm volatile("cp.async.bulk.tensor." DIM ".shared::cluster.global.im2col"                 \
+                 ".mbarrier::complete_tx::bytes.multicast::cluster" COORDS OFFS ", " MASK ";" \
+                 :: __VA_ARGS__, "h"(mask) : "memory");                                      \
+  else                                                                                      \
+    asm volatile("cp.async.bulk.tensor." DIM ".shared::cluster.global.im2col"                 \
+                 ".mbarrier::complete_tx::bytes" COORDS OFFS ";" :: __VA_ARGS__ : "memory");
   switch (rank) {
     case 3:
-      asm volatile(
-          "cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3, %4}], [%5], {%6};"
-          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(b), "h"(o0) : "memory");
+      TMAC_IM2COL("3d", " [%0], [%1, {%2, %3, %4}], [%5]", ", {%6}", "%7",
+                  "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(b), "h"(o0))
       break;
     case 4:
-      asm volatile(
-          "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
-          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b), "h"(o0),
-             "h"(o1) : "memory");
+      TMAC_IM2COL("4d", " [%0], [%1, {%2, %3, %4, %5}], [%6]", ", {%7, %8}", "%9",
+                  "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b), "h"(o0),
+                  "h"(o1))
       break;
     default:
-      asm volatile(
-          "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], {%8, %9, %10};"
-          :: "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(b),
-             "h"(o0), "h"(o1), "h"(o2) : "memory");
+      TMAC_IM2COL("5d", " [%0], [%1, {%2, %3, %4, %5, %6}], [%7]", ", {%8, %9, %10}", "%11",
+                  "r"(d), "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(b),
+                  "h"(o0), "h"(o1), "h"(o2))
       break;
   }
+#undef TMAC_IM2COL
+}
+
+__device__ inline void tma_load_im2col(int rank, void* dst, const void* map, const s32* c,
+                                      const s32* o, u64* bar) {
+  tma_load_im2col_to<false>(rank, dst, map, c, o, bar, 0);
+}
+
+__device__ inline void tma_load_im2col_multicast(int rank, void* dst, const void* map,
+                                                const s32* c, const s32* o, u64* bar,
+                                                unsigned short mask) {
+  tma_load_im2col_to<true>(rank, dst, map, c, o, bar, mask);
 }
 
 // Copy the 128-byte map `src` (global) to the global slot `dst` on the device: through

@@ -15,7 +15,8 @@
 //         the device and copied there), acquired by the issuing CTA through the
 //         tensor-map proxy (fence.proxy.tensormap::generic.acquire.gpu).
 // params: [cases][MC_NPARAM] int32: coords[5], tx_bytes, copy_bytes, smem_offset,
-//         out_offset, ctaMask, issuing rank, tensor rank.
+//         out_offset, ctaMask, issuing rank, tensor rank, mode (0 tile, 1 im2col),
+//         im2col offsets[3] (16-bit each; im2col maps, ranks 3..5).
 // out:    pre-poisoned by the host; CTA r of case c writes copy_bytes bytes of its
 //         shared memory from the destination at out_offset + r * round16(copy_bytes).
 // status: [cases * cluster size] status words (fixtures/cuda_layer/status.py): a CTA of
@@ -32,7 +33,9 @@
 
 namespace tmac { using u16 = cuda::std::uint16_t; }
 
-#define MC_NPARAM 12
+#define MC_NPARAM 16
+#define MC_MODE_TILE 0
+#define MC_MODE_IM2COL 1
 #define MC_SMEM_POISON 0xA5
 
 namespace mc {
@@ -78,12 +81,14 @@ multicast_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsig
   const u16 mask = static_cast<u16>(p[9] & 0xffff);
   const u32 src = static_cast<u32>(p[10]);
   const int rank = p[11];
+  const int mode = p[12];
   const bool in_mask = (mask >> r) & 1u;
   const size_t sid = static_cast<size_t>(c) * n + r;
   unsigned char* dst = base + smem_offset;
 
   // Parameters are per cluster: every CTA of a bad case leaves here, none waits.
-  if (rank < 1 || rank > 5 || (smem_offset & 127u) != 0u || src >= n) {
+  const bool bad_mode = mode == MC_MODE_IM2COL ? (rank < 3 || rank > 5) : mode != MC_MODE_TILE;
+  if (rank < 1 || rank > 5 || bad_mode || (smem_offset & 127u) != 0u || src >= n) {
     if (threadIdx.x == 0) status[sid] = STATUS_BAD;
     return;
   }
@@ -101,7 +106,10 @@ multicast_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsig
   if (r == src && threadIdx.x == 0) {
     const TensorMap* map = maps + c;
     ptx::fence_proxy_tensormap_generic(ptx::sem_acquire, ptx::scope_gpu, map, ptx::n32_t<128>{});
-    mc::multicast_load(rank, dst, map, p, &bar, mask);
+    if (mode == MC_MODE_IM2COL)
+      tma_load_im2col_multicast(rank, dst, map, p, p + 13, &bar, mask);
+    else
+      mc::multicast_load(rank, dst, map, p, &bar, mask);
   }
   const bool done = in_mask ? bounded_wait(&bar, 0, timeout_ns) : true;
   __syncthreads();

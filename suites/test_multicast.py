@@ -1,11 +1,12 @@
 """Cluster multicast TMA loads (PTX ISA, cp.async.bulk.tensor ``.multicast::cluster``),
-bit-exactly against the tiled model (fixtures/tma_load/model.py), and loads through maps
-built on the device.
+bit-exactly against the tiled and im2col models (fixtures/tma_load/model.py,
+fixtures/tma_load/im2col_model.py), and loads through maps built on the device.
 
 Cases come from fixtures/tma_load/multicast.py: clusters of 2, 4, 8 and 16 CTAs x CTA
 masks (every CTA, one, sparse subsets) x the issuing CTA (inside and outside the mask) x
-tiled loads drawn from the tiled suite's cases; a quarter of them load through a map
-built on the device (``-dev-template``, ``-dev-zeros``). Each case is one cluster and its
+tiled loads drawn from the tiled suite's cases (a quarter of them through a map built on
+the device, ``-dev-template``, ``-dev-zeros``) and im2col loads drawn from the im2col
+suite's cases (``im2col-...``, host maps). Each case is one cluster and its
 own test id; the GPU work runs in batches, one cluster launch per cluster size
 (kernels/multicast_load.cu, fixtures/tma_load/multicast_runner.py), in the worker's
 isolated child. Every CTA of the cluster is checked: a CTA of the mask holds the model's
@@ -58,7 +59,8 @@ def test_multicast(mc_case, mc_batches):
         pytest.skip(run.unsupported)
     rule, cid = mc_case.rule, mc_case.id
     check(run.encode_status == "CUDA_SUCCESS", rule, cid,
-          f"cuTensorMapEncodeTiled returned {run.encode_status} for a map the documented rules "
+          f"{'cuTensorMapEncodeIm2col' if mc_case.mode == 'im2col' else 'cuTensorMapEncodeTiled'}"
+          f" returned {run.encode_status} for a map the documented rules "
           f"(seed 004) allow")
     if mc_case.built:
         if mc_case.built == "template":

@@ -8,7 +8,7 @@ from fixtures.tensormap.params import load_to_dict
 
 mc = tl.multicast
 LEVELS = ("smoke", "standard", "full")
-ID = re.compile(r"^tile-cl(\d+)-mask0b([01]+)-src(\d+)-(.+?)(-dev-(template|zeros))?$")
+ID = re.compile(r"^(tile|im2col)-cl(\d+)-mask0b([01]+)-src(\d+)-(.+?)(-dev-(template|zeros))?$")
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -18,10 +18,11 @@ def test_ids_unique_and_read_like_the_case(level):
     for c in cases:
         m = ID.match(c.id)
         assert m, c.id
-        n, bits, src, load_id, _, built = m.groups()
+        mode, n, bits, src, load_id, _, built = m.groups()
         assert int(n) == c.cluster and len(bits) == c.cluster
         assert int(bits, 2) == c.mask and int(src) == c.src and built == c.built
-        assert load_id == c.data_id and c.mode == "tile"
+        assert load_id == c.data_id and c.mode == mode
+        assert mode == "tile" or (built is None and "-dev-copy" not in c.id)
         # bit i = CTA rank i, written most significant first
         assert all((bits[c.cluster - 1 - r] == "1") == c.receives(r) for r in range(c.cluster))
         assert c.rule == ("tma-load.device-built-map" if c.built else "tma-load.multicast")
@@ -41,13 +42,17 @@ def test_known_ids():
     assert "tile-cl2-mask0b11-src0-u64-r1-box16-swz128-il0-zerofill-esN-interior" in ids
 
 
-@pytest.mark.parametrize("level,low,high", [("smoke", 30, 60), ("standard", 220, 300),
-                                            ("full", 850, 1000)])
+@pytest.mark.parametrize("level,low,high", [("smoke", 40, 80), ("standard", 280, 320),
+                                            ("full", 1100, 1200)])
 def test_counts(level, low, high):
-    s = mc.summary(mc.generate(level))
+    cases = mc.generate(level)
+    s = mc.summary(cases)
     assert low <= s["total"] <= high, s
+    specs = {(c.cluster, c.mask, c.src) for c in cases}      # each spec has its im2col loads
+    assert s["mode"]["im2col"] == len(specs) * mc.IM2COL_PER_SPEC[level], s
+    tile = s["mode"]["tile"]
     dev = s["map"].get("template", 0) + s["map"].get("zeros", 0)
-    assert dev * 4 == s["total"] or abs(dev / s["total"] - 0.25) < 0.03, s
+    assert dev * 4 == tile or abs(dev / tile - 0.25) < 0.03, s
     assert s["map"]["template"] and s["map"]["zeros"]
 
 
@@ -93,6 +98,27 @@ def test_expected_images():
     tiled = {t.id: t for t in tl.generate("standard")}[c.data_id]
     assert (mc.global_bytes(c) == tl.global_bytes(tiled)).all()
     assert load_to_dict(tiled.load) == load_to_dict(c.load)
+
+
+def test_expected_im2col_images():
+    """An im2col case: the destinations hold the im2col model's pixels of the im2col
+    suite's own tensor bytes; a CTA outside the mask its poison."""
+    c = next(c for c in mc.generate("standard") if c.mode == "im2col" and
+             c.mask != (1 << c.cluster) - 1)
+    i2c = {t.id: t for t in tl.generate_im2col("standard")}[c.data_id]
+    assert (mc.global_bytes(c) == tl.im2col_global_bytes(i2c)).all()
+    want = tl.im2col.load(c.load, mc.global_bytes(c)).data
+    assert mc.expected(c, c.destinations[0]) == want
+    outside = next(r for r in range(c.cluster) if not c.receives(r))
+    assert mc.expected(c, outside) == bytes([tl.POISON]) * tl.im2col.copy_bytes(c.load)
+    assert c.tx_bytes == tl.im2col.tx_bytes(c.load)
+    assert mc.case_from_params(c.params()) == c
+
+
+def test_every_mode_and_interleave_in_the_sweep():
+    cases = mc.generate("full")
+    assert {c.mode for c in cases} == {"tile", "im2col"}
+    assert any(c.mode == "im2col" and c.load.interleave for c in cases)
 
 
 def test_templates_are_other_tensors():
