@@ -173,7 +173,7 @@ def test_rank_5_corner_range():
 def mk_il(dt, il, dims, lower, upper, cpp, ppc, coords, offsets, *, estr=None, swz=Swizzle.NONE,
           fill=OobFill.NONE):
     """An interleaved map: dimension 0 in chunks (W), then H/D, channel group, N."""
-    ck = 16 if il == Interleave.B16 else 32
+    ck = geo.interleave_bytes(il)
     strides, _ = geo.dense_layout(dt, dims, ck, unit=ck)
     rank = len(dims)
     return Im2colLoad(dt, rank, tuple(dims), tuple(int(s) for s in strides), tuple(lower),
