@@ -1,0 +1,106 @@
+// Batched TMA writes through tensor maps for suites/test_tma_store.py and
+// suites/test_tma_reduce.py: one block per case, every parameter at run time.
+//
+//   op 0      cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group
+//             [tensorMap, tensorCoords], [srcMem]                      (a store)
+//   op 1..8   cp.reduce.async.bulk.tensor.Nd.global.shared::cta.OP.tile.bulk_group
+//             [tensorMap, tensorCoords], [srcMem]   OP = add min max inc dec and or xor
+//
+// maps:   [cases] 128-byte CUtensorMaps in global memory, written by the host before
+//         the launch; each block acquires its own map in the tensor-map proxy
+//         (fence.proxy.tensormap::generic.acquire.gpu, as the load kernels do).
+// params: [cases][NPARAM] int32: coords[5], op, src_offset, src_bytes, smem_offset, rank
+//         (ranks mix in a launch).
+// src:    the shared-memory sources, each case's src_bytes at src_offset.
+// status: [cases] status words (fixtures/cuda_layer/status.py), pre-poisoned UNWRITTEN.
+//
+// Each block copies its source into shared memory at the 1024-byte aligned base plus
+// smem_offset, makes those generic-proxy writes visible to the async proxy
+// (fence.proxy.async.shared::cta, then a barrier), and thread 0 issues the write,
+// commits it to a bulk async-group and waits for the group: PTX ISA 9.7.9.25.6.2,
+// "cp.async.bulk.wait_group instruction will cause the executing thread to wait until
+// only N or fewer of the most recent bulk async-groups are pending and all the prior
+// bulk async-groups committed by the executing threads are complete." The wait has no
+// bounded form; the isolated child's deadline bounds it (a hung batch is killed and
+// reported, fixtures/cuda_layer/isolation.py).
+#include "common.cuh"
+
+#define TMA_WRITE_NPARAM 10
+
+namespace {
+using tmac::s32;
+using tmac::u32;
+
+// One write of `rank` coordinates: PRE ".Nd" POST [map, {coords}], [src].
+#define TMAC_WRITE(PRE, POST)                                                                 \
+  switch (rank) {                                                                             \
+    case 1: asm volatile(PRE ".1d" POST " [%0, {%1}], [%2];"                                   \
+                         :: "l"(map), "r"(c[0]), "r"(s) : "memory"); break;                  \
+    case 2: asm volatile(PRE ".2d" POST " [%0, {%1, %2}], [%3];"                               \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(s) : "memory"); break;       \
+    case 3: asm volatile(PRE ".3d" POST " [%0, {%1, %2, %3}], [%4];"                           \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");    \
+            break;                                                                            \
+    case 4: asm volatile(PRE ".4d" POST " [%0, {%1, %2, %3, %4}], [%5];"                       \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s)      \
+                         : "memory"); break;                                                  \
+    default: asm volatile(PRE ".5d" POST " [%0, {%1, %2, %3, %4, %5}], [%6];"                  \
+                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), \
+                          "r"(s) : "memory"); break;                                          \
+  }
+
+#define TMAC_REDUCE(OP) TMAC_WRITE("cp.reduce.async.bulk.tensor", ".global.shared::cta." OP ".tile.bulk_group")
+
+// Issue op `op` (0 store, 1..8 reduce) of `rank` coordinates `c` from shared `src`.
+__device__ inline bool issue_write(int op, int rank, const void* map, const s32* c, const void* src) {
+  const u32 s = static_cast<u32>(__cvta_generic_to_shared(src));
+  switch (op) {
+    case 0: TMAC_WRITE("cp.async.bulk.tensor", ".global.shared::cta.tile.bulk_group") break;
+    case 1: TMAC_REDUCE("add") break;
+    case 2: TMAC_REDUCE("min") break;
+    case 3: TMAC_REDUCE("max") break;
+    case 4: TMAC_REDUCE("inc") break;
+    case 5: TMAC_REDUCE("dec") break;
+    case 6: TMAC_REDUCE("and") break;
+    case 7: TMAC_REDUCE("or") break;
+    case 8: TMAC_REDUCE("xor") break;
+    default: return false;
+  }
+  return true;
+}
+#undef TMAC_REDUCE
+#undef TMAC_WRITE
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128)
+tma_write_batch(const tmac::TensorMap* maps, const s32* params, const unsigned char* src,
+                u32* status) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* base = tmac::align_up(smem_raw, 1024);
+  const int b = blockIdx.x;
+  const s32* p = params + static_cast<size_t>(b) * TMA_WRITE_NPARAM;
+  const int op = p[5];
+  const u32 src_offset = static_cast<u32>(p[6]);
+  const u32 src_bytes = static_cast<u32>(p[7]);
+  const u32 smem_offset = static_cast<u32>(p[8]);
+  const int rank = p[9];
+  const tmac::TensorMap* map = maps + b;
+  unsigned char* s = base + smem_offset;
+
+  if (rank < 1 || rank > 5 || op < 0 || op > 8 || (smem_offset & 127u) != 0u) {
+    if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
+    return;
+  }
+  for (u32 i = threadIdx.x; i < src_bytes; i += blockDim.x) s[i] = src[src_offset + i];
+  // the generic-proxy writes of the source, visible to the async proxy that reads it
+  tmac::ptx::fence_proxy_async(tmac::ptx::space_shared);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tmac::ptx::fence_proxy_tensormap_generic(tmac::ptx::sem_acquire, tmac::ptx::scope_gpu, map,
+                                             tmac::ptx::n32_t<128>{});
+    issue_write(op, rank, map, p, s);
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    status[b] = tmac::STATUS_OK;
+  }
+}
