@@ -106,20 +106,21 @@ def test_element_strides_write_every_nth_row_and_skip_the_rest():
         assert (after[y] == POISON).all(), y
 
 
-def test_tf32_rounds_on_store_by_the_open_reading_and_fill_changes_nothing():
+def test_tf32_is_kept_on_store_as_measured_and_fill_changes_nothing():
     vals = np.array([0x3F801FFF, 0xBF801000, 0x3F803000, 0x7FC01234, 0x00001FFF, 0x7F800000,
                      0x12345678, 0x80000001], dtype=np.uint32)
     p = TiledLoad(TF32, 1, (8,), (), (8,), (1,), IL0, Swizzle.NONE, ZERO, (0,))
-    after = np.frombuffer(ts.store(p, buffer(32), vals.tobytes(), G), dtype=np.uint8)
-    got = after[G:G + 32].view(np.uint32)
+    kept = np.frombuffer(ts.store(p, buffer(32), vals.tobytes(), G),
+                         dtype=np.uint8)[G:G + 32].view(np.uint32)
+    assert np.array_equal(kept, vals)                   # the measured reading: bit for bit
+    after = np.frombuffer(ts.store(p, buffer(32), vals.tobytes(), G, tf32="round"), dtype=np.uint8)
+    got = after[G:G + 32].view(np.uint32)               # the other reading: as a load rounds
     assert list(map(hex, got)) == ["0x3f802000", "0xbf800000", "0x3f804000", "0x7fffe000",
                                    "0x2000", "0x7f800000", "0x12346000", "0x80000000"]
-    kept = np.frombuffer(ts.store(p, buffer(32), vals.tobytes(), G, tf32="keep"),
-                         dtype=np.uint8)[G:G + 32].view(np.uint32)
-    assert np.array_equal(kept, vals)
     f = replace(p, dtype=F32, oob_fill=NAN)
     assert ts.store(f, buffer(32), vals.tobytes(), G)[G:G + 32] == vals.tobytes()
-    assert "tf32-round" in ts.OPEN_READINGS and ts.TF32_STORE == "round"
+    assert "tf32-round" in ts.OPEN_READINGS and ts.TF32_STORE == "keep"
+    assert "H100" in ts.model.TF32_STORE_EVIDENCE
 
 
 def test_traps_and_invalid_maps():
@@ -199,9 +200,16 @@ def test_counts_per_sweep_and_coverage(level, lo, hi):
     assert set(s["rank"]) == {f"r{i}" for i in range(1, 6)}
     assert s["expect"].get("trap", 0) >= 1
     if level != "smoke":
-        assert {"interior", "straddle-lo", "straddle-hi", "negative", "outside"} <= set(s["position"])
+        # negative coordinates trap on the H100 (model.NEGATIVE_EVIDENCE): the sweep keeps
+        # the positions at non-negative coordinates; negative_cases() the others
+        assert {"interior", "straddle-hi", "outside"} <= set(s["position"])
+        assert all(min(c.store.coords) >= 0 for c in cases if c.expect == "data")
         assert any("-src+" in c.id for c in cases)
         assert any("-esN-" in c.id for c in cases)
+        assert any(c.id.endswith("-tail16") for c in cases)
+    neg = sc.negative_cases(level)
+    assert neg and all(min(c.store.coords) < 0 and c.rule == "tma-store.negative-coordinates"
+                       for c in neg)
 
 
 def test_ids_unique_stable_and_readable():

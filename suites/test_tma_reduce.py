@@ -1,0 +1,51 @@
+"""TMA reductions (cp.reduce.async.bulk.tensor) against the NumPy reference model,
+bit-exactly, over every byte of a guarded global buffer.
+
+Cases come from fixtures/tma_store/reduce_cases.py: every (.redOp, map data type) pair
+the PTX ISA's table allows (fixtures/tma_store/reduce_model.py ALLOWED), each through
+store geometries of its data type (swizzles, interleaves, ranks, element strides, boxes
+inside, straddling, negative, outside). The operands of every element the reduction
+combines come from the pair's operand list (edge values against edge values, the
+operation's own boundaries, random pairs); the rest of the tensor is random. Each case
+is its own test id; batches run as in suites/test_tma_store.py (``tma_write_batch``:
+the source into shared memory, the reduction, commit_group, wait_group 0). After it,
+each element inside the tensor and the box must hold reduce_model.reduce(op, type, old,
+val) and every other byte of the case's span its old value.
+"""
+from __future__ import annotations
+
+import pytest
+
+import fixtures.tma_store as ts
+from fixtures.cuda_layer.batching import selected_ids
+from fixtures.tensormap import sweep
+
+
+def pytest_generate_tests(metafunc):
+    if "reduce_case" in metafunc.fixturenames:
+        cases = ts.generate_reduce(sweep.level(metafunc.config))
+        metafunc.parametrize("reduce_case", cases, ids=[c.id for c in cases])
+    if "reduce_negative" in metafunc.fixturenames:
+        cases = ts.reduce_negative_cases(sweep.level(metafunc.config))
+        metafunc.parametrize("reduce_negative", cases, ids=[c.id for c in cases])
+
+
+@pytest.fixture(scope="module")
+def reduce_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("reduce_case",))
+    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_reduce(sweep.level(request.config))
+                                          if c.id in selected], rule="tma-reduce.model")
+
+
+def test_tma_reduce(reduce_case, reduce_batches):
+    """Each element inside the tensor and the box holds the model's reduction of its old
+    value with the source element; every other byte of the span is unchanged."""
+    ts.check_write(reduce_case, reduce_batches.result(reduce_case), f".{reduce_case.op} reduction")
+
+
+@pytest.mark.isolated
+def test_tma_reduce_negative_coordinates(reduce_negative, gpu, kernels):
+    """A reduction whose box starts at a negative coordinate is handled as one crossing
+    the high edge (PTX ISA 5.5.3.3). Run alone in the isolated child (on the H100 it
+    traps, as a store does: known_issues.toml)."""
+    ts.check_write_alone(reduce_negative, gpu, kernels, ".add reduction")
