@@ -10,7 +10,10 @@
 //         the launch; each block acquires its own map in the tensor-map proxy
 //         (fence.proxy.tensormap::generic.acquire.gpu, as the load kernels do).
 // params: [cases][NPARAM] int32: coords[5], op, src_offset, src_bytes, smem_offset, rank
-//         (ranks mix in a launch).
+//         (ranks mix in a launch), load (0 none, 1 after the wait in this kernel, 2 in
+//         tma_load_after), tx_bytes, copy_bytes, out_offset.
+// out:    the loads' shared-memory images (copy_bytes at out_offset), pre-poisoned.
+// load_status: [cases] the loads' status words (OK, TIMEOUT), pre-poisoned UNWRITTEN.
 // src:    the shared-memory sources, each case's src_bytes at src_offset.
 // status: [cases] status words (fixtures/cuda_layer/status.py), pre-poisoned UNWRITTEN.
 //
@@ -25,7 +28,8 @@
 // reported, fixtures/cuda_layer/isolation.py).
 #include "common.cuh"
 
-#define TMA_WRITE_NPARAM 10
+#define TMA_WRITE_NPARAM 14
+#define TMA_LOAD_POISON 0xA5
 
 namespace {
 using tmac::s32;
@@ -70,12 +74,39 @@ __device__ inline bool issue_write(int op, int rank, const void* map, const s32*
 }
 #undef TMAC_REDUCE
 #undef TMAC_WRITE
+
+// The load of a box just written, through the same map, into shared memory at `dst`
+// (poisoned first), then copied out: thread 0 issues it, every thread waits with the bound.
+__device__ inline void load_back(const tmac::TensorMap* map, const s32* p, unsigned char* dst,
+                                 unsigned char* out, u32* load_status, tmac::u64* bar,
+                                 tmac::u64 timeout_ns) {
+  const u32 tx_bytes = static_cast<u32>(p[11]);
+  const u32 copy_bytes = static_cast<u32>(p[12]);
+  for (u32 i = threadIdx.x; i < copy_bytes; i += blockDim.x) dst[i] = TMA_LOAD_POISON;
+  tmac::ptx::fence_proxy_async(tmac::ptx::space_shared);
+  __syncthreads();
+  if (threadIdx.x == 0) tmac::init_barrier(bar);
+  __syncthreads();
+  const bool done = tmac::load_and_wait(p[9], dst, map, p, bar, tx_bytes, timeout_ns);
+  __syncthreads();
+  tmac::copy_out(out + p[13], dst, copy_bytes);
+  if (threadIdx.x == 0) load_status[blockIdx.x] = done ? tmac::STATUS_OK : tmac::STATUS_TIMEOUT;
+}
+
+// Where a block's load lands: past its source, at the source's offset from a 1024-byte
+// boundary (the alignment a swizzled box needs, and its measured place off the repeat).
+__device__ inline unsigned char* load_dst(unsigned char* base, const s32* p) {
+  const u32 smem_offset = static_cast<u32>(p[8]);
+  const u32 end = smem_offset + static_cast<u32>(p[7]);
+  return base + ((end + 1023u) & ~1023u) + smem_offset;
+}
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(128)
 tma_write_batch(const tmac::TensorMap* maps, const s32* params, const unsigned char* src,
-                u32* status) {
+                u32* status, unsigned char* out, u32* load_status, tmac::u64 timeout_ns) {
   extern __shared__ unsigned char smem_raw[];
+  __shared__ tmac::u64 bar;
   unsigned char* base = tmac::align_up(smem_raw, 1024);
   const int b = blockIdx.x;
   const s32* p = params + static_cast<size_t>(b) * TMA_WRITE_NPARAM;
@@ -102,5 +133,31 @@ tma_write_batch(const tmac::TensorMap* maps, const s32* params, const unsigned c
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     status[b] = tmac::STATUS_OK;
+    // PTX ISA, Async Proxy: "Accessing the same memory location across multiple proxies
+    // needs a cross-proxy fence. For the async proxy, fence.proxy.async should be used to
+    // synchronize memory between generic proxy and the async proxy." The wait made the
+    // writes visible to this thread; the fence orders them before the load's async reads.
+    if (p[10] == 1) asm volatile("fence.proxy.async.global;" ::: "memory");
   }
+  if (p[10] == 1) {
+    __syncthreads();
+    load_back(map, p, load_dst(base, p), out, load_status, &bar, timeout_ns);
+  }
+}
+
+// The loads of the boxes written by an earlier launch of tma_write_batch (load mode 2),
+// through the same maps: a later kernel sees the written bytes.
+extern "C" __global__ void __launch_bounds__(128)
+tma_load_after(const tmac::TensorMap* maps, const s32* params, unsigned char* out,
+               u32* load_status, tmac::u64 timeout_ns) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ tmac::u64 bar;
+  unsigned char* base = tmac::align_up(smem_raw, 1024);
+  const s32* p = params + static_cast<size_t>(blockIdx.x) * TMA_WRITE_NPARAM;
+  const tmac::TensorMap* map = maps + blockIdx.x;
+  if (p[10] != 2) return;
+  if (threadIdx.x == 0)
+    tmac::ptx::fence_proxy_tensormap_generic(tmac::ptx::sem_acquire, tmac::ptx::scope_gpu, map,
+                                             tmac::ptx::n32_t<128>{});
+  load_back(map, p, load_dst(base, p), out, load_status, &bar, timeout_ns);
 }

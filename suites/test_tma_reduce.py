@@ -25,6 +25,9 @@ def pytest_generate_tests(metafunc):
     if "reduce_case" in metafunc.fixturenames:
         cases = ts.generate_reduce(sweep.level(metafunc.config))
         metafunc.parametrize("reduce_case", cases, ids=[c.id for c in cases])
+    if "reduce_variant" in metafunc.fixturenames:
+        cases = ts.reduce_variant_cases(sweep.level(metafunc.config))
+        metafunc.parametrize("reduce_variant", cases, ids=[c.id for c in cases])
     if "reduce_negative" in metafunc.fixturenames:
         cases = ts.reduce_negative_cases(sweep.level(metafunc.config))
         metafunc.parametrize("reduce_negative", cases, ids=[c.id for c in cases])
@@ -41,6 +44,21 @@ def test_tma_reduce(reduce_case, reduce_batches):
     """Each element inside the tensor and the box holds the model's reduction of its old
     value with the source element; every other byte of the span is unchanged."""
     ts.check_write(reduce_case, reduce_batches.result(reduce_case), f".{reduce_case.op} reduction")
+
+
+@pytest.fixture(scope="module")
+def reduce_variant_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("reduce_variant",))
+    return ts.WriteBatches(gpu, kernels, [c for c in ts.reduce_variant_cases(
+        sweep.level(request.config)) if c.id in selected], rule="tma-reduce.model")
+
+
+def test_tma_reduce_variant(reduce_variant, reduce_variant_batches):
+    """Each operation through a map built on the device gives the model's bytes, as through
+    the host map; a reduction whose box is loaded back through the same map (same thread
+    after wait_group 0 and fence.proxy.async.global, or the next kernel) is seen by that load."""
+    ts.check_write(reduce_variant, reduce_variant_batches.result(reduce_variant),
+                   f".{reduce_variant.op} reduction")
 
 
 @pytest.mark.isolated

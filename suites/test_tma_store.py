@@ -37,6 +37,9 @@ def pytest_generate_tests(metafunc):
     if "store_case" in metafunc.fixturenames:
         cases = [c for c in ts.generate(level) if c.expect == "data"]
         metafunc.parametrize("store_case", cases, ids=[c.id for c in cases])
+    if "store_variant" in metafunc.fixturenames:
+        cases = ts.variant_cases(level)
+        metafunc.parametrize("store_variant", cases, ids=[c.id for c in cases])
     if "store_negative" in metafunc.fixturenames:
         cases = ts.negative_cases(level)
         metafunc.parametrize("store_negative", cases, ids=[c.id for c in cases])
@@ -55,6 +58,21 @@ def store_batches(request, gpu, kernels):
 def test_tma_store(store_case, store_batches):
     """The global span after a tiled TMA store equals the model's, bit for bit."""
     ts.check_write(store_case, store_batches.result(store_case), "store")
+
+
+@pytest.fixture(scope="module")
+def store_variant_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("store_variant",))
+    return ts.WriteBatches(gpu, kernels, [c for c in ts.variant_cases(sweep.level(request.config))
+                                          if c.id in selected])
+
+
+def test_tma_store_variant(store_variant, store_variant_batches):
+    """A store through a map built on the device (``-dev-zeros``, ``-dev-template``) leaves
+    the model's bytes, as through the host map; a store whose box is loaded back through the
+    same map (``-load-after-wait``: same thread, after wait_group 0 and
+    fence.proxy.async.global; ``-load-next-kernel``) is seen by that load."""
+    ts.check_write(store_variant, store_variant_batches.result(store_variant), "store")
 
 
 @pytest.mark.isolated

@@ -121,3 +121,54 @@ def test_disallowed_pairs_are_left_out_of_the_sweep():
     from fixtures.tma_store.capture import disallowed_cases
     for c in disallowed_cases("standard"):
         assert not rm.is_allowed(c.op, c.store.dtype), (c.op, DTYPES[c.store.dtype].ptx_name)
+
+
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_variant_cases(level):
+    from fixtures.tma_store import cases as sc
+    stores, reds = ts.variant_cases(level), ts.reduce_variant_cases(level)
+    assert {n for c in stores for n in sc.VARIANTS if c.id.endswith("-" + n)} == set(sc.VARIANTS)
+    for c in stores + reds:
+        name = next(n for n in sc.VARIANTS if c.id.endswith("-" + n))
+        field_, value = sc.VARIANTS[name]
+        assert getattr(c, field_) == value and c.rule == sc.VARIANT_RULES[field_]
+        assert "-tail16" not in c.id and min(c.store.coords) >= 0
+        assert not (c.built == "template" and c.store.dtype in sc.TF32_TYPES)
+        from fixtures.tma_store.runner import case_from_params
+        assert case_from_params(c.params()) == c
+    ops = {c.op for c in reds}
+    assert ops == ({"add"} if level == "smoke" else set(rm.OPS))
+    assert len({c.id for c in stores + reds}) == len(stores) + len(reds)
+    assert all(ts.written_offsets(c.store).size for c in stores + reds if c.order)
+
+
+def test_a_load_back_that_misses_the_write_fails():
+    """A load-back variant passes on the model's image and fails, naming the load, when the
+    image is the load of the tensor before the write."""
+    from fixtures.tma_store.runner import expected_load
+    c = next(c for c in ts.variant_cases("standard") if c.order == "after-wait")
+    tensor, smem = ts.write_data(c)
+    before = ts.span_before(c, tensor)
+    want = ts.expected_span(c, tensor, smem)
+    run = _run_of(c, np.frombuffer(want, dtype=np.uint8), before)
+    run.load_status, run.image = st.OK, expected_load(c, want)
+    ts.check_write(c, run, "store")
+    run.image = expected_load(c, before.tobytes())
+    assert run.image != expected_load(c, want)
+    with pytest.raises(RuleFailure, match="does not see the written bytes"):
+        ts.check_write(c, run, "store")
+    run.load_status = st.TIMEOUT
+    with pytest.raises(RuleFailure, match="status timeout"):
+        ts.check_write(c, run, "store")
+
+
+def test_a_map_the_device_did_not_build_fails():
+    c = next(c for c in ts.variant_cases("standard") if c.built == "zeros")
+    tensor, smem = ts.write_data(c)
+    before = ts.span_before(c, tensor)
+    run = _run_of(c, np.frombuffer(ts.expected_span(c, tensor, smem), dtype=np.uint8), before)
+    run.build_status = "ok"
+    ts.check_write(c, run, "store")
+    run.build_status = "timeout: the mbarrier wait passed its bound (TMA never completed)"
+    with pytest.raises(RuleFailure, match="was not built"):
+        ts.check_write(c, run, "store")
