@@ -17,8 +17,10 @@ from __future__ import annotations
 import pytest
 
 import fixtures.tma_store as ts
+from fixtures.cuda_layer import build
 from fixtures.cuda_layer.batching import selected_ids
 from fixtures.tensormap import sweep
+from fixtures.tensormap.registry import check
 
 
 def pytest_generate_tests(metafunc):
@@ -67,3 +69,19 @@ def test_tma_reduce_negative_coordinates(reduce_negative, gpu, kernels):
     the high edge (PTX ISA 5.5.3.3). Run alone in the isolated child (on the H100 it
     traps, as a store does: known_issues.toml)."""
     ts.check_write_alone(reduce_negative, gpu, kernels, ".add reduction")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.rule("tma-reduce.type-from-map")
+def test_the_element_type_comes_from_the_map(kernels, arch):
+    """PTX ISA cp.reduce.async.bulk.tensor: "The type of each tensor data element in the
+    source and the destination tensor is specified in Tensor-map." The untyped instruction
+    builds; the same with a .f32 qualifier is refused, so a pair the ISA's table leaves out
+    cannot be a build error (what the GPU does with one: reduce_model.EVIDENCE)."""
+    rule, cid = "tma-reduce.type-from-map", f"reduce_typed.cu-{arch}"
+    b = kernels.build("reduce_typed.cu", arch=arch)
+    check(b.cubin[:4] == b"\x7fELF", rule, cid, "the untyped reduction did not build to a cubin")
+    with pytest.raises(build.BuildError) as info:
+        kernels.build("reduce_typed.cu", arch=arch, defines={"TYPED": 1})
+    check("cp.reduce.async.bulk.tensor" in info.value.log, rule, cid,
+          "the typed spelling failed to build, but not at the reduction:\n" + info.value.log[-800:])
