@@ -39,7 +39,7 @@ def pytest_generate_tests(metafunc):
 def reduce_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("reduce_case",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_reduce(sweep.level(request.config))
-                                          if c.id in selected], rule="tma-reduce.model")
+                                          if c.id in selected])
 
 
 def test_tma_reduce(reduce_case, reduce_batches):
@@ -52,7 +52,7 @@ def test_tma_reduce(reduce_case, reduce_batches):
 def reduce_variant_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("reduce_variant",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.reduce_variant_cases(
-        sweep.level(request.config)) if c.id in selected], rule="tma-reduce.model")
+        sweep.level(request.config)) if c.id in selected])
 
 
 def test_tma_reduce_variant(reduce_variant, reduce_variant_batches):
