@@ -125,7 +125,8 @@ def test_tf32_is_kept_on_store_as_measured_and_fill_changes_nothing():
 
 def test_traps_and_invalid_maps():
     p = f32_6x3((4, 2), (1, 0))          # 4 bytes: not a multiple of 16
-    assert "OPEN" in ts.trap_reason(p)
+    assert "measured for stores" in ts.trap_reason(p)
+    assert set(ts.model.EVIDENCE) == set(ts.OPEN_READINGS) - {"im2col-no-offs"}
     with pytest.raises(ts.StoreTraps):
         ts.store(p, buffer(96), bytes(32), G)
     with pytest.raises(ValueError):      # boxDim[0] * 4 = 12 bytes: seed 004 refuses
