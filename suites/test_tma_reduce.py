@@ -10,7 +10,10 @@ operation's own boundaries, random pairs); the rest of the tensor is random. Eac
 is its own test id; batches run as in suites/test_tma_store.py (``tma_write_batch``:
 the source into shared memory, the reduction, commit_group, wait_group 0). After it,
 each element inside the tensor and the box must hold reduce_model.reduce(op, type, old,
-val) and every other byte of the case's span its old value.
+val) and every other byte of the case's span its old value. One case per op and variant
+runs through a device-built map or with its box loaded back (test_tma_reduce_variant), a
+few at negative coordinates alone (a known issue on the H100), and the toolchain shows
+that the element type comes from the map (a typed spelling does not build).
 """
 from __future__ import annotations
 

@@ -14,6 +14,11 @@ row padding) hold GLOBAL_POISON between guard bytes; after it, every byte of the
 span must equal the model's: the box inside the tensor written from where a load
 through the same map puts each element, everything else untouched.
 
+A sample runs twice more (test_tma_store_variant): through maps built on the device
+(tensormap.replace of every field, from zeros or a template of another tensor), and with
+the box loaded back through the same map after the store (same thread after wait_group 0
+and fence.proxy.async.global; or the next kernel), the load seeing the written bytes.
+
 Stores at negative coordinates (a box crossing the low edge) are not in the sweep: on the
 H100 each traps, which would end its batch; a few run alone (test_tma_store_negative_
 coordinates, rule tma-store.negative-coordinates, a known issue there).
@@ -86,8 +91,8 @@ def test_tma_store_negative_coordinates(store_negative, gpu, kernels):
 @pytest.mark.isolated
 def test_tma_store_trap(store_trap, gpu, kernels):
     """An innermost coordinate whose byte offset is not a multiple of 16 traps, as the
-    load does (measured for loads; the store model's OPEN reading 'trap'); run alone in
-    the isolated child, the trap must raise CUDA_ERROR_ILLEGAL_INSTRUCTION."""
+    load does (measured for loads, and for stores on the H100: model.EVIDENCE['trap']); run
+    alone in the isolated child, the trap must raise CUDA_ERROR_ILLEGAL_INSTRUCTION."""
     why = ts.trap_reason(store_trap.store)
     check(why, "tma-model", store_trap.id, "the model does not call this case a trap")
     kernels.build("tma_store.cu", arch=gpu.arch)
