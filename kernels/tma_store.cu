@@ -5,6 +5,8 @@
 //             [tensorMap, tensorCoords], [srcMem]                      (a store)
 //   op 1..8   cp.reduce.async.bulk.tensor.Nd.global.shared::cta.OP.tile.bulk_group
 //             [tensorMap, tensorCoords], [srcMem]   OP = add min max inc dec and or xor
+//   op 9..17  the same in .im2col_no_offs mode, through im2col maps (rank 3..5; the
+//             im2col store probe, fixtures/tma_store/capture.py --im2col)
 //
 // maps:   [cases] 128-byte CUtensorMaps in global memory, written by the host before
 //         the launch; each block acquires its own map in the tensor-map proxy
@@ -53,9 +55,29 @@ using tmac::u32;
                           "r"(s) : "memory"); break;                                          \
   }
 
-#define TMAC_REDUCE(OP) TMAC_WRITE("cp.reduce.async.bulk.tensor", ".global.shared::cta." OP ".tile.bulk_group")
+// The same for .im2col_no_offs, ranks 3..5 only (ptxas refuses it with .1d and .2d).
+#define TMAC_WRITE_I2C(PRE, POST)                                                             \
+  switch (rank) {                                                                             \
+    case 3: asm volatile(PRE ".3d" POST " [%0, {%1, %2, %3}], [%4];"                           \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");    \
+            break;                                                                            \
+    case 4: asm volatile(PRE ".4d" POST " [%0, {%1, %2, %3, %4}], [%5];"                       \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s)      \
+                         : "memory"); break;                                                  \
+    default: asm volatile(PRE ".5d" POST " [%0, {%1, %2, %3, %4, %5}], [%6];"                  \
+                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), \
+                          "r"(s) : "memory"); break;                                          \
+  }
 
-// Issue op `op` (0 store, 1..8 reduce) of `rank` coordinates `c` from shared `src`.
+#define TMAC_REDUCE(OP) \
+  TMAC_WRITE("cp.reduce.async.bulk.tensor", ".global.shared::cta." OP ".tile.bulk_group")
+#define TMAC_REDUCE_I2C(OP) \
+  TMAC_WRITE_I2C("cp.reduce.async.bulk.tensor", ".global.shared::cta." OP ".im2col_no_offs.bulk_group")
+
+// Issue op `op` of `rank` coordinates `c` from shared `src`: 0 store, 1..8 reduce, in .tile
+// mode; 9..17 the same in .im2col_no_offs mode (PTX ISA: ".load_mode = { .tile,
+// .tile::scatter4, .im2col_no_offs }" for the store, "{ .tile, .im2col_no_offs }" for
+// the reduction; rank 3..5).
 __device__ inline bool issue_write(int op, int rank, const void* map, const s32* c, const void* src) {
   const u32 s = static_cast<u32>(__cvta_generic_to_shared(src));
   switch (op) {
@@ -68,11 +90,22 @@ __device__ inline bool issue_write(int op, int rank, const void* map, const s32*
     case 6: TMAC_REDUCE("and") break;
     case 7: TMAC_REDUCE("or") break;
     case 8: TMAC_REDUCE("xor") break;
+    case 9: TMAC_WRITE_I2C("cp.async.bulk.tensor", ".global.shared::cta.im2col_no_offs.bulk_group") break;
+    case 10: TMAC_REDUCE_I2C("add") break;
+    case 11: TMAC_REDUCE_I2C("min") break;
+    case 12: TMAC_REDUCE_I2C("max") break;
+    case 13: TMAC_REDUCE_I2C("inc") break;
+    case 14: TMAC_REDUCE_I2C("dec") break;
+    case 15: TMAC_REDUCE_I2C("and") break;
+    case 16: TMAC_REDUCE_I2C("or") break;
+    case 17: TMAC_REDUCE_I2C("xor") break;
     default: return false;
   }
   return true;
 }
+#undef TMAC_REDUCE_I2C
 #undef TMAC_REDUCE
+#undef TMAC_WRITE_I2C
 #undef TMAC_WRITE
 
 // The load of a box just written, through the same map, into shared memory at `dst`
@@ -118,7 +151,8 @@ tma_write_batch(const tmac::TensorMap* maps, const s32* params, const unsigned c
   const tmac::TensorMap* map = maps + b;
   unsigned char* s = base + smem_offset;
 
-  if (rank < 1 || rank > 5 || op < 0 || op > 8 || (smem_offset & 127u) != 0u) {
+  if (rank < 1 || rank > 5 || op < 0 || op > 17 || (op >= 9 && rank < 3) ||
+      (smem_offset & 127u) != 0u) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }

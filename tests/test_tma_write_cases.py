@@ -172,3 +172,32 @@ def test_a_map_the_device_did_not_build_fails():
     run.build_status = "timeout: the mbarrier wait passed its bound (TMA never completed)"
     with pytest.raises(RuleFailure, match="was not built"):
         ts.check_write(c, run, "store")
+
+
+def test_the_im2col_store_probe_candidate_is_the_load_run_backwards():
+    """The probe's candidate (fixtures/tma_store/capture.py) writes each element an im2col
+    load reads from where the load puts it: loading the candidate's tensor gives back the
+    source at every in-bounds position, and nothing else of the tensor changes."""
+    from fixtures.tma_load.through_map import im2col_model as im, tiled_model as tm
+    from fixtures.tma_store import capture as cp
+    cases = cp.im2col_probe_cases("standard")
+    assert len(cases) >= 20 and {c.load.rank for c in cases} == {3, 4, 5}
+    for c in cases:
+        p = c.load
+        assert set(p.offsets) == {0} and c.id.startswith("im2col-store-")
+        tensor, smem = cp._probe_data(c)
+        after = cp.im2col_candidate(p, tensor, smem)
+        off, inb = im.element_offsets(p)
+        es = p.esize
+        k = np.arange(es)
+        written = (off[inb][:, None] + k).reshape(-1)
+        untouched = np.ones(after.size, dtype=bool)
+        untouched[written] = False
+        assert np.array_equal(after[untouched], tensor[untouched]), c.id
+        image = np.frombuffer(im.load(p, after, 0).data, dtype=np.uint8)
+        P, per = off.shape
+        logical = np.arange(P)[:, None] * im.row_pitch(p) + np.arange(per)[None, :] * es
+        phys = (tm.swizzle_offset(p.swizzle, logical + p.smem_offset) - p.smem_offset
+                if p.swizzle != tm.Swizzle.NONE else logical)
+        idx = (phys[inb][:, None] + k).reshape(-1)
+        assert np.array_equal(image[idx], smem[idx]), c.id
