@@ -37,36 +37,31 @@ namespace {
 using tmac::s32;
 using tmac::u32;
 
-// One write of `rank` coordinates: PRE ".Nd" POST [map, {coords}], [src].
+// One write of `rank` coordinates: PRE ".Nd" POST [map, {coords}], [src]. The cases of
+// ranks 3..5, shared by both modes (ptxas refuses .im2col_no_offs with .1d and .2d).
+#define TMAC_WRITE_RANKS_3_TO_5(PRE, POST)                                                    \
+    case 3: asm volatile(PRE ".3d" POST " [%0, {%1, %2, %3}], [%4];"                           \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");    \
+            break;                                                                            \
+    case 4: asm volatile(PRE ".4d" POST " [%0, {%1, %2, %3, %4}], [%5];"                       \
+                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s)      \
+                         : "memory"); break;                                                  \
+    default: asm volatile(PRE ".5d" POST " [%0, {%1, %2, %3, %4, %5}], [%6];"                  \
+                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), \
+                          "r"(s) : "memory"); break;
+
 #define TMAC_WRITE(PRE, POST)                                                                 \
   switch (rank) {                                                                             \
     case 1: asm volatile(PRE ".1d" POST " [%0, {%1}], [%2];"                                   \
                          :: "l"(map), "r"(c[0]), "r"(s) : "memory"); break;                  \
     case 2: asm volatile(PRE ".2d" POST " [%0, {%1, %2}], [%3];"                               \
                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(s) : "memory"); break;       \
-    case 3: asm volatile(PRE ".3d" POST " [%0, {%1, %2, %3}], [%4];"                           \
-                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");    \
-            break;                                                                            \
-    case 4: asm volatile(PRE ".4d" POST " [%0, {%1, %2, %3, %4}], [%5];"                       \
-                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s)      \
-                         : "memory"); break;                                                  \
-    default: asm volatile(PRE ".5d" POST " [%0, {%1, %2, %3, %4, %5}], [%6];"                  \
-                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), \
-                          "r"(s) : "memory"); break;                                          \
+    TMAC_WRITE_RANKS_3_TO_5(PRE, POST)                                                        \
   }
 
-// The same for .im2col_no_offs, ranks 3..5 only (ptxas refuses it with .1d and .2d).
 #define TMAC_WRITE_I2C(PRE, POST)                                                             \
   switch (rank) {                                                                             \
-    case 3: asm volatile(PRE ".3d" POST " [%0, {%1, %2, %3}], [%4];"                           \
-                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");    \
-            break;                                                                            \
-    case 4: asm volatile(PRE ".4d" POST " [%0, {%1, %2, %3, %4}], [%5];"                       \
-                         :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s)      \
-                         : "memory"); break;                                                  \
-    default: asm volatile(PRE ".5d" POST " [%0, {%1, %2, %3, %4, %5}], [%6];"                  \
-                          :: "l"(map), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), \
-                          "r"(s) : "memory"); break;                                          \
+    TMAC_WRITE_RANKS_3_TO_5(PRE, POST)                                                        \
   }
 
 #define TMAC_REDUCE(OP) \
@@ -107,6 +102,7 @@ __device__ inline bool issue_write(int op, int rank, const void* map, const s32*
 #undef TMAC_REDUCE
 #undef TMAC_WRITE_I2C
 #undef TMAC_WRITE
+#undef TMAC_WRITE_RANKS_3_TO_5
 
 // The load of a box just written, through the same map, into shared memory at `dst`
 // (poisoned first), then copied out: thread 0 issues it, every thread waits with the bound.
