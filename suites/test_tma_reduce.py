@@ -13,7 +13,10 @@ each element inside the tensor and the box must hold reduce_model.reduce(op, typ
 val) and every other byte of the case's span its old value. One case per op and variant
 runs through a device-built map or with its box loaded back (test_tma_reduce_variant), a
 few at negative coordinates alone (a known issue on the H100), and the toolchain shows
-that the element type comes from the map (a typed spelling does not build).
+that the element type comes from the map (a typed spelling does not build). Reductions in
+.im2col_no_offs mode (test_tma_reduce_im2col: one per im2col store map of
+suites/test_tma_store.py, the op spread over those its type allows) must equal the im2col
+load run backwards, each element reduced.
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ def pytest_generate_tests(metafunc):
     if "reduce_variant" in metafunc.fixturenames:
         cases = ts.reduce_variant_cases(sweep.level(metafunc.config))
         metafunc.parametrize("reduce_variant", cases, ids=[c.id for c in cases])
+    if "im2col_reduce" in metafunc.fixturenames:
+        cases = [c for c in ts.generate_im2col_writes(sweep.level(metafunc.config))
+                 if c.op != "store"]
+        metafunc.parametrize("im2col_reduce", cases, ids=[c.id for c in cases])
     if "reduce_negative" in metafunc.fixturenames:
         cases = ts.reduce_negative_cases(sweep.level(metafunc.config))
         metafunc.parametrize("reduce_negative", cases, ids=[c.id for c in cases])
@@ -64,6 +71,21 @@ def test_tma_reduce_variant(reduce_variant, reduce_variant_batches):
     after wait_group 0 and fence.proxy.async.global, or the next kernel) is seen by that load."""
     ts.check_write(reduce_variant, reduce_variant_batches.result(reduce_variant),
                    f".{reduce_variant.op} reduction")
+
+
+@pytest.fixture(scope="module")
+def im2col_reduce_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("im2col_reduce",))
+    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(
+        sweep.level(request.config)) if c.id in selected])
+
+
+def test_tma_reduce_im2col(im2col_reduce, im2col_reduce_batches):
+    """Each element the im2col load through the same map reads from inside the tensor
+    holds the model's reduction of its old value with the source element the load puts
+    there; every other byte of the span is unchanged."""
+    ts.check_write(im2col_reduce, im2col_reduce_batches.result(im2col_reduce),
+                   f"im2col .{im2col_reduce.op} reduction")
 
 
 @pytest.mark.isolated

@@ -25,6 +25,12 @@ coordinates, rule tma-store.negative-coordinates, a known issue there).
 
 Cases whose innermost coordinate is not 16-byte aligned must trap as the load does;
 they run alone in the isolated child.
+
+Stores in .im2col_no_offs mode (test_tma_store_im2col; ranks 3-5 through im2col maps,
+fixtures/tma_store/im2col.py) must equal the im2col load through the same map run
+backwards, batched the same way; writes through a map whose bounding box leaves the
+tensor's spatial extent (a negative lower or positive upper corner) run alone
+(test_tma_im2col_write_corner_outside, stores and reductions: a known issue on the H100).
 """
 from __future__ import annotations
 
@@ -48,6 +54,12 @@ def pytest_generate_tests(metafunc):
     if "store_negative" in metafunc.fixturenames:
         cases = ts.negative_cases(level)
         metafunc.parametrize("store_negative", cases, ids=[c.id for c in cases])
+    if "im2col_store" in metafunc.fixturenames:
+        cases = [c for c in ts.generate_im2col_writes(level) if c.op == "store"]
+        metafunc.parametrize("im2col_store", cases, ids=[c.id for c in cases])
+    if "im2col_corner" in metafunc.fixturenames:
+        cases = ts.im2col_corner_cases(level)
+        metafunc.parametrize("im2col_corner", cases, ids=[c.id for c in cases])
     if "store_trap" in metafunc.fixturenames:
         cases = [c for c in ts.generate(level) if c.expect == "trap"]
         metafunc.parametrize("store_trap", cases, ids=[c.id for c in cases])
@@ -86,6 +98,29 @@ def test_tma_store_negative_coordinates(store_negative, gpu, kernels):
     high edge (PTX ISA 5.5.3.3): the elements inside the tensor written, nothing else.
     Run alone in the isolated child (on the H100 it traps: known_issues.toml)."""
     ts.check_write_alone(store_negative, gpu, kernels, "store")
+
+
+@pytest.fixture(scope="module")
+def im2col_store_batches(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("im2col_store",))
+    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(
+        sweep.level(request.config)) if c.id in selected])
+
+
+def test_tma_store_im2col(im2col_store, im2col_store_batches):
+    """The global span after a store in .im2col_no_offs mode equals the im2col load through
+    the same map run backwards, bit for bit."""
+    ts.check_write(im2col_store, im2col_store_batches.result(im2col_store), "im2col store")
+
+
+@pytest.mark.isolated
+def test_tma_im2col_write_corner_outside(im2col_corner, gpu, kernels):
+    """A store or reduction through an im2col map whose bounding box leaves the spatial
+    extent (pixelBoxLowerCorner < 0, or pixelBoxUpperCorner > 0) writes the elements inside
+    the tensor as any im2col write does. Run alone in the isolated child (on the H100 it
+    traps: known_issues.toml)."""
+    what = "im2col store" if im2col_corner.op == "store" else f"im2col .{im2col_corner.op} reduction"
+    ts.check_write_alone(im2col_corner, gpu, kernels, what)
 
 
 @pytest.mark.isolated

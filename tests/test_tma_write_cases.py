@@ -174,30 +174,143 @@ def test_a_map_the_device_did_not_build_fails():
         ts.check_write(c, run, "store")
 
 
-def test_the_im2col_store_probe_candidate_is_the_load_run_backwards():
-    """The probe's candidate (fixtures/tma_store/capture.py) writes each element an im2col
-    load reads from where the load puts it: loading the candidate's tensor gives back the
-    source at every in-bounds position, and nothing else of the tensor changes."""
+def test_the_im2col_write_model_is_the_load_run_backwards():
+    """fixtures/tma_store/im2col.py write(): a store writes each element an im2col load
+    (offsets 0) reads from where the load puts it: loading the tensor after the store gives
+    back the source at every in-bounds position (TF32 aside: the load rounds, the store
+    keeps the bits as a tiled store does), and nothing else of the tensor changes."""
     from fixtures.tma_load.through_map import im2col_model as im, tiled_model as tm
-    from fixtures.tma_store import capture as cp
-    cases = cp.im2col_probe_cases("standard")
-    assert len(cases) >= 20 and {c.load.rank for c in cases} == {3, 4, 5}
-    for c in cases:
+    from fixtures.tma_store import im2col as iw
+    stores = [c for c in iw.generate("standard") if c.op == "store"]
+    assert {c.load.rank for c in stores} == {3, 4, 5}
+    for c in stores[::7]:
         p = c.load
-        assert set(p.offsets) == {0} and c.id.startswith("im2col-store-")
-        tensor, smem = cp._probe_data(c)
-        after = cp.im2col_candidate(p, tensor, smem)
-        off, inb = im.element_offsets(p)
-        es = p.esize
-        k = np.arange(es)
-        written = (off[inb][:, None] + k).reshape(-1)
+        tensor, smem = iw.data(c)
+        after = np.frombuffer(iw.write(p, "store", tensor, smem, 0), dtype=np.uint8)
+        goff, sbyte = iw.element_pairs(p)
+        k = np.arange(p.esize)
+        written = (goff[:, None] + k).reshape(-1)
         untouched = np.ones(after.size, dtype=bool)
         untouched[written] = False
         assert np.array_equal(after[untouched], tensor[untouched]), c.id
+        assert np.array_equal(after[written], smem[(sbyte[:, None] + k).reshape(-1)]), c.id
+        if p.dtype in tm.BIT_ALTERING:
+            continue
         image = np.frombuffer(im.load(p, after, 0).data, dtype=np.uint8)
-        P, per = off.shape
-        logical = np.arange(P)[:, None] * im.row_pitch(p) + np.arange(per)[None, :] * es
-        phys = (tm.swizzle_offset(p.swizzle, logical + p.smem_offset) - p.smem_offset
-                if p.swizzle != tm.Swizzle.NONE else logical)
-        idx = (phys[inb][:, None] + k).reshape(-1)
+        idx = (sbyte[:, None] + k).reshape(-1)
         assert np.array_equal(image[idx], smem[idx]), c.id
+
+
+def test_an_im2col_reduction_reduces_exactly_what_the_store_writes():
+    """A reduction through an im2col map changes the elements the store through it would
+    write, each to reduce_model.reduce(op, type, old, source element), and nothing else;
+    its operands change most elements (the edge lists), so a missed element shows."""
+    from fixtures.tma_store import im2col as iw, reduce_model as rm
+    reds = [c for c in iw.generate("standard") if c.op != "store"]
+    assert {c.op for c in reds} == set(rm.OPS)
+    for c in reds[::5]:
+        p = c.load
+        tensor, smem = iw.data(c)
+        assert rm.is_allowed(c.op, p.dtype), c.id
+        goff, sbyte = iw.element_pairs(p)
+        u = np.dtype(f"u{p.esize}")
+        k = np.arange(p.esize)
+        old = np.ascontiguousarray(tensor[(goff[:, None] + k).reshape(-1)]).view(u)
+        val = np.ascontiguousarray(smem[(sbyte[:, None] + k).reshape(-1)]).view(u)
+        after = np.frombuffer(iw.write(p, c.op, tensor, smem, 0), dtype=np.uint8)
+        got = np.ascontiguousarray(after[(goff[:, None] + k).reshape(-1)]).view(u)
+        assert np.array_equal(got, rm.reduce(c.op, p.dtype, old, val)), c.id
+        rest = np.ones(after.size, dtype=bool)
+        rest[(goff[:, None] + k).reshape(-1)] = False
+        assert np.array_equal(after[rest], tensor[rest]), c.id
+
+
+def test_im2col_write_cases_keep_to_what_was_measured():
+    """The sweep's maps have non-negative corners and coordinates, no interleave and no
+    element read twice; ids are unique and name op, type, rank, swizzle and position;
+    the corner cases have a negative lower corner and every element inside the tensor,
+    or a positive upper corner and a pixel past the spatial edge; the standard sweep covers every non-packed type, every swizzle, ranks 3-5
+    and the three positions."""
+    from fixtures.tma_load.through_map import im2col_model as im
+    from fixtures.tensormap.enums import Interleave
+    from fixtures.tma_store import im2col as iw
+    for level, lo, hi in (("smoke", 6, 20), ("standard", 1000, 3000)):
+        cs = iw.generate(level)
+        assert lo <= len(cs) <= hi and len({c.id for c in cs}) == len(cs)
+        for c in cs:
+            p = c.load
+            assert min(p.lower_corner) >= 0 and max(p.upper_corner) <= 0, c.id
+            assert min(p.coords) >= 0 and not iw._past_spatial_edge(p), c.id
+            assert im.base_in_box(p), c.id
+            assert p.interleave == Interleave.NONE and set(p.offsets) == {0}, c.id
+            off, inb = im.element_offsets(p)
+            assert np.unique(off[inb]).size == off[inb].size, c.id
+            assert c.id.startswith("im2col-" if c.op == "store" else f"{c.op}-im2col-"), c.id
+    s = iw.summary(iw.generate("standard"))
+    assert len(s["dtype"]) == 13 and len(s["swizzle"]) == 4 and set(s["rank"]) == {"r3", "r4", "r5"}
+    assert {"inside", "crossing", "outside", "tail16"} <= set(s["position"])
+    for c in iw.corner_cases("full"):
+        p = c.load
+        assert (min(p.lower_corner) < 0 and im.element_offsets(p)[1].all()) or \
+            (min(p.lower_corner) == 0 and max(p.upper_corner) > 0 and iw._past_spatial_edge(p)), c.id
+        assert c.rule == "tma-write.im2col-corner-outside"
+
+
+def test_an_im2col_write_that_misses_fails_its_rule_and_names_the_byte():
+    """check_write on an im2col store whose GPU bytes differ from the model in one element:
+    [rule tma-store.im2col] [case id], the map's corners, and which pixel and channel the
+    byte belongs to."""
+    from fixtures.tensormap.registry import RuleFailure
+    from fixtures.tma_store import im2col as iw, runner
+    c = next(c for c in iw.generate("standard") if c.op == "store" and c.id.endswith("-inside"))
+    tensor, smem = runner.data(c)
+    before = runner.span_before(c, tensor)
+    want = np.frombuffer(runner.expected_span(c, tensor, smem), dtype=np.uint8).copy()
+    goff, _ = iw.element_pairs(c.load)
+    want[runner.GUARD + int(goff[0])] ^= 0x40
+    at = np.flatnonzero(want != before)
+    run = runner.WriteRun(c.id, "CUDA_SUCCESS", status=0, changed_at=at,
+                          changed_to=want[at].tobytes())
+    with pytest.raises(RuleFailure) as info:
+        ts.check_write(c, run, "im2col store")
+    msg = str(info.value)
+    assert msg.startswith(f"[rule tma-store.im2col] [case {c.id}] 1 byte(s)"), msg
+    assert "corners" in msg and "written by pixel row 0 channel" in msg, msg
+
+
+def test_the_im2col_probe_bookkeeping_on_a_fake_child(monkeypatch):
+    """capture.im2col_probe on CPU, its isolated child replaced: in-bounds writes return
+    the model's bytes (one of them altered), the others trap. The report counts each
+    part, names the one that differs and every trap by its position."""
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.tma_store import capture as cp, runner
+    cases = {c.id: c for c in cp.im2col_probe_cases("standard")}
+    inside = {i for i, c in cases.items() if cp.im2col_in_bounds(c.load)}
+    spoiled = sorted(inside)[0]
+
+    def fake(target, params, *a, **k):
+        if any(d["id"] not in inside for d in params):
+            return Outcome("cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True)
+        out = {}
+        for d in params:
+            c = cases[d["id"]]
+            tensor, smem = runner.data(c)
+            before = runner.span_before(c, tensor)
+            after = np.frombuffer(runner.expected_span(c, tensor, smem), dtype=np.uint8).copy()
+            if d["id"] == spoiled:
+                after[runner.GUARD] ^= 1
+            at = np.flatnonzero(after != before)
+            out[d["id"]] = runner.WriteRun(d["id"], "CUDA_SUCCESS", status=0, changed_at=at,
+                                           changed_to=after[at].tobytes())
+        return Outcome("returned", value=out)
+
+    monkeypatch.setattr(cp, "run_isolated", fake)
+    res = cp.im2col_probe("standard", "sm_90a", None, 0)
+    lines = cp.im2col_report(res)
+    n_in, n_out = len(inside), len(cases) - len(inside)
+    assert lines[0].endswith(f"{n_in - 1} of {n_in} equal the im2col load run backwards; "
+                             "1 differ, 0 faulted"), lines[0]
+    assert lines[1].endswith(f"0 of {n_out} equal the im2col load run backwards; 0 differ, "
+                             f"{n_out} faulted"), lines[1]
+    assert lines[2].startswith(f"  differs: {spoiled} CUDA_SUCCESS 0 1")
+    assert sum(x.startswith("  fault: ") for x in lines) == n_out
