@@ -22,7 +22,7 @@ How it is checked (fixtures/device_encode/, kernels/device_encode.cu):
   global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
   builds give the same maps, the global_stride operand is in bytes
   (triton#5408), and target mismatches are build errors with a log.
-The maps are encoded in one launch per kernel in the module fixture; the loads run
+The maps are encoded in one launch per kernel in the session fixture (once per worker); the loads run
 per batch (one xdist bucket of cases) in the worker's isolated child, so a map that
 traps fails its own case and the rest of the batch still runs.
 """
@@ -154,7 +154,7 @@ class Ctx:
         return self.batch.results[case.id]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ctx(request, gpu, kernels) -> Ctx:
     import cupy
     from fixtures.tensormap.encode import encode_tiled
@@ -174,7 +174,7 @@ def ctx(request, gpu, kernels) -> Ctx:
     # loads, which can, run per batch in the isolated child (Loads).
     batch = de.encode_all(module, everything, sm=gpu.sm)
     selected = selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
-                            request.module)
+                            __file__)
     loads = Loads(sm, gpu, kernels, everything, selected)
     c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
     yield c

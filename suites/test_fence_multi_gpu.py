@@ -41,7 +41,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("case", cases, ids=[_id(c) for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pair(gpus):
     """The two lowest GPU ordinals, with peer access enabled both ways."""
     ordinals = sorted(g.ordinal for g in gpus)[:2]

@@ -96,7 +96,7 @@ def pytest_generate_tests(metafunc):
 
 
 # --------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def alloc(gpu):
     """A device allocation whose address the cases offset from (>= 256-byte aligned)."""
     import cupy
@@ -107,7 +107,7 @@ def alloc(gpu):
     del buf
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def encode_log(gpu):
     d = os.environ.get("TMAC_ENCODE_LOG")
     if not d:
@@ -320,7 +320,7 @@ _PEER_STORAGE = {DataType.BFLOAT16: "uint16", DataType.FLOAT32_FTZ: "float32",
                  DataType.TFLOAT32: "float32", DataType.TFLOAT32_FTZ: "float32"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def peer(gpu):
     try:
         return he.CudaCoreDumper(gpu.ordinal, gpu.arch)

@@ -54,7 +54,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("im2col_trap", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def im2col_batches(request, gpu, kernels):
     # only the cases this session collected (-k, --deselect)
     selected = selected_ids(request.session.items, ("im2col_case",))
@@ -117,7 +117,7 @@ def _wide_generate_tests(metafunc):
         metafunc.parametrize("wide_case", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wide_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("wide_case",))
     return tl.WideBatches(gpu, kernels, [c for c in tl.wide_cases(sweep.level(request.config))

@@ -33,7 +33,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("mc_case", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mc_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("mc_case",))
     return tl.MulticastBatches(gpu, kernels, [c for c in mc.generate(sweep.level(request.config))

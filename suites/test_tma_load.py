@@ -40,7 +40,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("trap_case", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tma_batches(request, gpu, kernels):
     # only the cases this session collected (-k, --deselect): a batch never
     # launches work no test will look at

@@ -29,7 +29,7 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize(name, cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefetch_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("prefetch_case",))
     return tl.PrefetchBatches(gpu, kernels, [c for c in tl.prefetch.generate(

@@ -45,7 +45,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("reduce_negative", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reduce_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("reduce_case",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_reduce(sweep.level(request.config))
@@ -58,7 +58,7 @@ def test_tma_reduce(reduce_case, reduce_batches):
     ts.check_write(reduce_case, reduce_batches.result(reduce_case), f".{reduce_case.op} reduction")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reduce_variant_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("reduce_variant",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.reduce_variant_cases(
@@ -73,7 +73,7 @@ def test_tma_reduce_variant(reduce_variant, reduce_variant_batches):
                    f".{reduce_variant.op} reduction")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def im2col_reduce_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("im2col_reduce",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(

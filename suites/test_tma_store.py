@@ -65,7 +65,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("store_trap", cases, ids=[c.id for c in cases])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("store_case",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.generate(sweep.level(request.config))
@@ -77,7 +77,7 @@ def test_tma_store(store_case, store_batches):
     ts.check_write(store_case, store_batches.result(store_case), "store")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store_variant_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("store_variant",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.variant_cases(sweep.level(request.config))
@@ -100,7 +100,7 @@ def test_tma_store_negative_coordinates(store_negative, gpu, kernels):
     ts.check_write_alone(store_negative, gpu, kernels, "store")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def im2col_store_batches(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("im2col_store",))
     return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(

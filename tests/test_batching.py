@@ -87,11 +87,13 @@ def test_lazy_batches_run_each_batch_once_when_first_asked():
     assert lb.result("c3") == (None, "it trapped") and lb.result("c1") == ("r-c1", "")
     assert calls == [["c0", "c2"], ["c1", "c3"]] and built == [1]
     assert lb.result("nope") == (None, "no batch planned for this case")
-    items = [SimpleNamespace(callspec=SimpleNamespace(params={"case": cases[0]}), module="m"),
-             SimpleNamespace(callspec=SimpleNamespace(params={"other": cases[1]}), module="m"),
+    from pathlib import Path
+    items = [SimpleNamespace(callspec=SimpleNamespace(params={"case": cases[0]}), path=Path("/s/m.py")),
+             SimpleNamespace(callspec=SimpleNamespace(params={"other": cases[1]}), path=Path("/s/n.py")),
              SimpleNamespace(name="no-callspec")]
     assert selected_ids(items, ("case",)) == {"c0"}
-    assert selected_ids(items, ("case", "other"), module="x") == set()
+    assert selected_ids(items, ("case", "other"), "/s/x.py") == set()
+    assert selected_ids(items, ("case", "other"), "/s/n.py") == {"c1"}
 
 
 # ---------------------------------------------------------------- the scheduler's bookkeeping

@@ -1,7 +1,7 @@
 """The shape of the harness, checked on a CPU: the import direction between the
-sub-packages of fixtures/, every isolation target resolves, suites use public names,
-every registered rule quotes its document, and a suite case without a registered rule
-is refused at collection."""
+sub-packages of fixtures/, every isolation target resolves, suites use public names
+and no module-scoped fixture, every registered rule quotes its document, and a suite
+case without a registered rule is refused at collection."""
 from __future__ import annotations
 
 import ast
@@ -106,6 +106,26 @@ def test_suites_use_public_names():
                     and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
                     and node.value.id in ("ml", "de", "he", "tl", "fences", "enc", "st", "sweep")):
                 bad.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not bad, "\n".join(bad)
+
+
+def test_suite_fixtures_live_for_the_worker():
+    """A suite's fixtures are function- or session-scoped, never module-, class- or
+    package-scoped. Under xdist a worker runs units of several suite files in turn (the
+    scheduler sends the largest first), and pytest tears a module fixture down whenever
+    the next test is in another file: a module-scoped batch object was rebuilt on every
+    return, its finished batches forgotten (the device-encoding fixture ~100 times a run,
+    0.6 s each, on one H100)."""
+    bad = []
+    for path in sorted((ROOT / "suites").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = getattr(node, "func", None)
+            if not isinstance(node, ast.Call) or getattr(func, "attr", getattr(func, "id", "")) != "fixture":
+                continue
+            for kw in node.keywords:
+                value = getattr(kw.value, "value", None)
+                if kw.arg == "scope" and value not in ("function", "session"):
+                    bad.append(f"{path.name}:{node.lineno} scope={value!r}")
     assert not bad, "\n".join(bad)
 
 
