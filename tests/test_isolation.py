@@ -60,6 +60,20 @@ def test_timeout_kills_the_child(runner):
     assert call(runner, "add", 1, 2).value == 3
 
 
+def test_a_gpu_the_child_cannot_see_is_named(runner):
+    """A GPU gone for a fresh process (fallen off, or hung after a fault; here: no driver at
+    all) is the outcome no_gpu, with the probe's reason, not an IndexError in the harness;
+    the next call starts a fresh child."""
+    from fixtures.cuda_layer import cuda_env
+    state = cuda_env.probe()
+    if state.available:
+        pytest.skip("this machine has a GPU: the call would run")
+    out = call(runner, "add", 1, 1, device=0)
+    assert out.kind == "no_gpu" and out.poisoned, out
+    assert out.error.startswith("a fresh process sees no GPU 0: ") and state.reason in out.error, out
+    assert call(runner, "add", 1, 2).value == 3 and runner.started == 2
+
+
 def test_target_must_name_a_function():
     with pytest.raises(ValueError, match="module:function"):
         run_isolated("isolation_targets.add")
