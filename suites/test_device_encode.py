@@ -22,9 +22,9 @@ How it is checked (fixtures/device_encode/, kernels/device_encode.cu):
   global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
   builds give the same maps, the global_stride operand is in bytes
   (triton#5408), and target mismatches are build errors with a log.
-The maps are encoded in one launch per kernel in the session fixture (once per worker); the loads run
-per batch (one xdist bucket of cases) in the worker's isolated child, so a map that
-traps fails its own case and the rest of the batch still runs.
+The maps are encoded in one launch per kernel in the session fixture (once per
+worker); the loads run per batch (one xdist bucket of cases) in the worker's isolated
+child, so a map that traps fails its own case and the rest of the batch still runs.
 """
 from __future__ import annotations
 
