@@ -1,4 +1,4 @@
-"""Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/2``,
+"""Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/3``,
 gathered by ``fixtures/plugins/environment.py``, which lists its keys): the flat
 ``tmac.*`` properties of JUnit, the header lines, the matrix rows.
 """
@@ -76,7 +76,36 @@ def flatten(fp: dict) -> dict[str, str]:
         p["tmac.known_issues.sha256"] = str(ki.get("sha256"))
     ml = fp.get("map_layout")
     p["tmac.map_layout.sha256"] = str(ml.get("sha256")) if isinstance(ml, dict) else str(ml)
+    h = harness_of(fp)
+    for k in ("sources_sha256", "constraints"):   # the packages stay in the JSON (harness.packages)
+        p[f"tmac.harness.{k}"] = str(h.get(k))
     return p
+
+
+def harness_of(fp: dict) -> dict:
+    """The ``harness`` section (schema 3), or its keys each "unavailable: ..." (older files)."""
+    h = fp.get("harness")
+    if isinstance(h, dict):
+        return h
+    why = unavailable(f"not recorded (environment schema {str(fp.get('schema', '?')).rpartition('/')[2]})")
+    return {"packages": why, "extras": why, "sources_sha256": why, "constraints": why, "git_commit": why}
+
+
+def harness_line(fp: dict) -> str:
+    """``extra cu13, packages match constraints/cu13.txt, sources 057e298d5f9a, git a1408c1f3d4d``."""
+    h = harness_of(fp)
+    src = h.get("sources_sha256")
+    if is_unavailable(src):
+        return str(src)
+    con = str(h.get("constraints"))
+    extras = h.get("extras")
+    git = h.get("git_commit")
+    parts = [f"extra {', '.join(extras)}"] if isinstance(extras, list) and extras else []
+    parts.append(f"packages: {con}" if is_unavailable(con) or " " in con else f"packages match {con}")
+    parts.append(f"sources {str(src)[:12]}")
+    if not is_unavailable(git):
+        parts.append(f"git {str(git)[:12]}")
+    return ", ".join(parts)
 
 
 # Properties whose change between two runs is a change of the stack under test.
@@ -125,7 +154,7 @@ def essentials(fp: dict) -> list[str]:
     else:
         gline = f"GPUs: {gpus}"
     return [dline, "toolchain (every kernel build): " + tl, "also: " + ", ".join(other),
-            "packages: " + pl, gline]
+            "packages: " + pl, "harness: " + harness_line(fp), gline]
 
 
 def toolchain_line(fp: dict) -> str:
@@ -208,6 +237,9 @@ def summary_rows(props: dict[str, str]) -> list[tuple[str, str]]:
     rows.append(("GPUs", "; ".join(gl) if gl else "-"))
     rows.append(("peer access", g("tmac.peer_access")))
     rows.append(("CUDA_VISIBLE_DEVICES", g("tmac.cuda_visible_devices")))
+    src, con = g("tmac.harness.sources_sha256"), g("tmac.harness.constraints")
+    rows.append(("harness (sources sha256; packages)",
+                 src if src == con else f"{src if is_unavailable(src) else src[:12]}; {con}"))
     rows.append(("map layout (sha256)", g("tmac.map_layout.sha256")))
     rows.append(("known issues file", f"{g('tmac.known_issues.file')} (sha256 {g('tmac.known_issues.sha256')[:12]})"))
     return rows

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 RESULTS_SCHEMA = "tmac-results/1"
-ENV_SCHEMA = "tmac-environment/2"
+ENV_SCHEMA = "tmac-environment/3"
 
 PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
 STATES = (PASSED, FAILED, KNOWN, SKIPPED, NOBUILD)

@@ -267,15 +267,17 @@ def test_junit_and_results_agree(xdist_run):
 def test_fingerprint_written_once_by_the_controller(xdist_run):
     _, out, cp = xdist_run
     env = json.loads((out / "environment.json").read_text())
-    assert env["schema"] == "tmac-environment/2" and env["role"] == "controller"
+    assert env["schema"] == "tmac-environment/3" and env["role"] == "controller"
     assert env["command"]["xdist_workers"] == 2
     for key in ("driver", "cuda_runtime", "toolchain", "nvrtc", "cccl", "cuda_headers", "builds", "nvcc",
-                "packages", "gpus", "peer_access", "os", "python", "map_layout", "sweep", "known_issues"):
+                "packages", "gpus", "peer_access", "os", "python", "map_layout", "sweep", "known_issues",
+                "harness"):
         assert key in env, key
     drv = env["driver"]["cuda_driver_version"]
     assert isinstance(drv, int) or drv.startswith("unavailable: ")
     assert sorted(p.name for p in out.glob("environment*.json")) == ["environment.json"]
-    assert "tmac driver" in cp.stdout   # pytest_report_header
+    assert "tmac driver" in cp.stdout and "tmac harness: " in cp.stdout   # pytest_report_header
+    assert set(env["harness"]) >= {"packages", "sources_sha256", "constraints", "git_commit"}
 
 
 def test_unmatched_entry_is_warned_once(xdist_run):
