@@ -344,3 +344,29 @@ def test_the_run_names_a_rebuilt_entry(tmp_path):
     (used,) = json.loads((out / "environment.json").read_text())["builds"]
     assert used["rebuilt"] == [{"entry": good.path, "kind": "corrupt", "why": "metadata is not JSON"}]
     assert Path(good.path).read_bytes() == good.cubin
+
+
+def test_an_unreadable_cubin_is_rebuilt(kdir, tmp_path, monkeypatch):
+    """A cubin the process may not read (permissions; root reads anything, so the read is
+    refused here by hand until the rebuild): rebuilt and named, not an error."""
+    cache = tmp_path / "cache"
+    good = compile_(kdir, cache)
+    cubin, _ = _entry(cache)
+    refused = {"on": True}
+    real_read, real_compile = Path.read_bytes, build._nvrtc_compile
+
+    def read_bytes(self):
+        if refused["on"] and self == cubin:
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    def compile_once(*a):
+        refused["on"] = False
+        return real_compile(*a)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(build, "_nvrtc_compile", compile_once)
+    monkeypatch.setattr(build, "_USED", {})
+    again = compile_(kdir, cache)
+    assert not again.cache_hit and again.cubin == good.cubin
+    assert build.builds_used()[0]["rebuilt"] == [
+        {"entry": str(cubin), "kind": "unreadable", "why": "cubin unreadable: Permission denied"}]
