@@ -207,4 +207,166 @@ def test_precompile_builds_every_kernel_in_child_processes(tmp_path, monkeypatch
     assert [p.wait(timeout=240) for p in procs] == [0] * len(procs)
     for source in plugin.PRECOMPILE:
         assert build.compile_kernel(source, arch="sm_90a", cache_dir=cache).cache_hit, source
+    (used,) = plugin.precompile_builds(config)    # what the children built reaches the reports
+    assert set(used["kernels"]) == {f"{s}:sm_90a" for s in plugin.PRECOMPILE} and not used["rebuilt"]
     plugin.pytest_sessionfinish(session)          # all ended: nothing to stop
+
+    # the background builds verify what they read: a damaged entry is rebuilt and named
+    damaged = build.compile_kernel("smoke_load.cu", arch="sm_90a", cache_dir=cache).path
+    Path(damaged).write_bytes(b"\x7fELF")
+    config.stash = Stash()
+    plugin.pytest_sessionstart(session)
+    assert [p.wait(timeout=240) for p in config.stash[plugin._PRECOMPILE_KEY]] == [0] * len(procs)
+    (used,) = plugin.precompile_builds(config)
+    assert used["rebuilt"] == [{"entry": damaged, "kind": "corrupt",
+                                "why": f"cubin is 4 bytes, its metadata says {len(Path(damaged).read_bytes())}"}]
+    plugin.pytest_sessionfinish(session)
+
+
+# ------------------------------------------------------------------ a damaged cache entry
+
+def _entry(cache):
+    (cubin,) = cache.glob("*.cubin")
+    return cubin, cubin.with_suffix(".json")
+
+
+def _flip_a_byte(cubin, meta):
+    data = bytearray(cubin.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cubin.write_bytes(bytes(data))
+
+
+def _older_harness(cubin, meta):
+    """The metadata the harness wrote before the digest (no cubin_size, no cubin_sha256)."""
+    import json
+    old = json.loads(meta.read_text())
+    for k in ("schema", "cubin_size", "cubin_sha256"):
+        old.pop(k)
+    meta.write_text(json.dumps(old))
+
+
+DAMAGE = {
+    "truncated": (lambda c, m: c.write_bytes(c.read_bytes()[:100]), "corrupt",
+                  "cubin is 100 bytes, its metadata says"),
+    "byte-flipped": (_flip_a_byte, "corrupt", "cubin's sha256 differs from its metadata's"),
+    "metadata-broken": (lambda c, m: m.write_text("{"), "corrupt", "metadata is not JSON"),
+    "metadata-not-object": (lambda c, m: m.write_text("[]"), "corrupt", "metadata is not a JSON object"),
+    "metadata-lacks-log": (lambda c, m: m.write_text(m.read_text().replace('"log"', '"gol"')), "corrupt",
+                           "metadata lacks log"),
+    "cubin-deleted": (lambda c, m: c.unlink(), "corrupt", "cubin missing"),
+    "metadata-deleted": (lambda c, m: m.unlink(), "corrupt", "a cubin without metadata"),
+    "older-harness": (_older_harness, "stale", "metadata names no cubin digest: an older harness wrote it"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+def test_a_damaged_entry_is_rebuilt_reported_and_never_loaded(kdir, tmp_path, monkeypatch, damage):
+    """A cubin cut short, a flipped byte, broken or missing metadata, a deleted cubin, an
+    entry an older harness wrote (no digest): the entry is not used; it is rebuilt (one
+    compile), rewritten whole, and named in builds_used()'s ``rebuilt``."""
+    harm, kind, why = damage
+    cache = tmp_path / "cache"
+    good = compile_(kdir, cache)
+    cubin, meta = _entry(cache)
+    harm(cubin, meta)
+    compiles = []
+    real = build._nvrtc_compile
+    monkeypatch.setattr(build, "_nvrtc_compile", lambda *a: compiles.append(a) or real(*a))
+    monkeypatch.setattr(build, "_USED", {})
+    again = compile_(kdir, cache)
+    assert (again.cache_hit, len(compiles)) == (False, 1)
+    assert again.cubin == good.cubin and cubin.read_bytes() == good.cubin
+    (used,) = build.builds_used()
+    (note,) = used["rebuilt"]
+    assert note["entry"] == str(cubin) and note["kind"] == kind and note["why"].startswith(why), note
+    third = compile_(kdir, cache)                  # the rewritten entry reads back, unreported
+    assert third.cache_hit and len(compiles) == 1 and len(build.builds_used()[0]["rebuilt"]) == 1
+    assert build.read_entry(cache, cubin.stem, ("log",))[2] is None
+
+
+def test_read_entry_verifies_size_and_digest(tmp_path):
+    """The cache's own protocol (also nvcc's cubins, fixtures.device_encode.nvcc): the
+    metadata names the cubin's size and sha256; an entry not there is a plain miss."""
+    assert build.read_entry(tmp_path, "x") == (None, None, None)
+    data, hit = build.cached(tmp_path, "x", "x", lambda: b"\x7fELF" + b"\0" * 60)
+    assert not hit and build.read_entry(tmp_path, "x")[0] == data
+    (tmp_path / "x.cubin").write_bytes(data[:-1] + b"\1")
+    assert build.read_entry(tmp_path, "x") == (None, None, "cubin's sha256 differs from its metadata's")
+    assert build.cached(tmp_path, "x", "x", lambda: data) == (data, False)
+
+
+def _repair_in_process(args):
+    kdir, cache = args
+    build._USED.clear()
+    b = compile_(Path(kdir), Path(cache))
+    return b.cache_hit, b.cubin, [n for u in build.builds_used() for n in u["rebuilt"]]
+
+
+def test_concurrent_readers_of_a_damaged_entry_rebuild_it_once(kdir, tmp_path):
+    """Many processes meet the same truncated entry at once: one rebuilds it under the
+    lock and reports it; the others wait and read the new entry; none gets the damaged
+    bytes."""
+    cache = tmp_path / "cache"
+    good = compile_(kdir, cache).cubin
+    cubin, _ = _entry(cache)
+    cubin.write_bytes(good[:100])
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(4, mp_context=ctx) as pool:
+        results = list(pool.map(_repair_in_process, [(str(kdir), str(cache))] * 8))
+    assert [hit for hit, _, _ in results].count(False) == 1
+    assert {c for _, c, _ in results} == {good}
+    notes = [n for _, _, ns in results for n in ns]
+    assert len(notes) == 1 and notes[0]["why"].startswith("cubin is 100 bytes"), notes
+
+
+def test_the_run_names_a_rebuilt_entry(tmp_path):
+    """Under xdist, a worker that rebuilt a damaged entry tells the controller: the
+    terminal summary says "kernel cache: <entry> was corrupt (<why>): rebuilt" and
+    environment.json's builds list it."""
+    import json
+    from tests.nested_run import make_tree, pytest_run
+    cache = tmp_path / "kc"
+    good = build.compile_kernel("smoke_load.cu", arch="sm_90a", cache_dir=cache)
+    Path(good.path).write_bytes(good.cubin[:100])
+    Path(good.path).with_suffix(".json").write_text("{")
+    root = make_tree(tmp_path / "tree", f"""
+        from fixtures.cuda_layer import build
+
+        def test_builds():
+            b = build.compile_kernel("smoke_load.cu", arch="sm_90a", cache_dir={str(cache)!r})
+            assert not b.cache_hit and b.cubin[:4] == b"\x7fELF" and len(b.cubin) == {len(good.cubin)}
+        """)
+    out = tmp_path / "out"
+    cp = pytest_run(root, "-n", "2", f"--report-dir={out}")
+    assert cp.returncode == 0, cp.stdout[-3000:]
+    assert (f"kernel cache: {good.path} was corrupt (metadata is not JSON): rebuilt"
+            in cp.stdout), cp.stdout[-3000:]
+    (used,) = json.loads((out / "environment.json").read_text())["builds"]
+    assert used["rebuilt"] == [{"entry": good.path, "kind": "corrupt", "why": "metadata is not JSON"}]
+    assert Path(good.path).read_bytes() == good.cubin
+
+
+def test_an_unreadable_cubin_is_rebuilt(kdir, tmp_path, monkeypatch):
+    """A cubin the process may not read (permissions; root reads anything, so the read is
+    refused here by hand until the rebuild): rebuilt and named, not an error."""
+    cache = tmp_path / "cache"
+    good = compile_(kdir, cache)
+    cubin, _ = _entry(cache)
+    refused = {"on": True}
+    real_read, real_compile = Path.read_bytes, build._nvrtc_compile
+
+    def read_bytes(self):
+        if refused["on"] and self == cubin:
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    def compile_once(*a):
+        refused["on"] = False
+        return real_compile(*a)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(build, "_nvrtc_compile", compile_once)
+    monkeypatch.setattr(build, "_USED", {})
+    again = compile_(kdir, cache)
+    assert not again.cache_hit and again.cubin == good.cubin
+    assert build.builds_used()[0]["rebuilt"] == [
+        {"entry": str(cubin), "kind": "unreadable", "why": "cubin unreadable: Permission denied"}]
