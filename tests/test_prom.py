@@ -23,7 +23,7 @@ def _parse(text: str) -> dict[str, dict[tuple, float]]:
     return out
 
 
-def _check_common(m: dict, verdict: str, exitstatus: int, counts: dict, run_id: str):
+def _check_common(m: dict, verdict: str, exitstatus: int, counts: dict):
     assert {k[0][1]: v for k, v in m["tmac_verdict"].items()} == {
         v: (1.0 if v == verdict else 0.0) for v in model.VERDICTS}
     assert {k[0][1]: v for k, v in m["tmac_cases"].items()} == {s: float(counts.get(s, 0)) for s in model.STATES}
@@ -32,8 +32,7 @@ def _check_common(m: dict, verdict: str, exitstatus: int, counts: dict, run_id: 
     assert abs(m["tmac_run_end_timestamp_seconds"][()] - time.time()) < 300
     (labels, one), = m["tmac_info"].items()
     info = dict(labels)
-    assert one == 1 and info["run_id"] == run_id and set(info) == {
-        "driver", "cuda_driver", "gpus", "sweep", "run_id", "host"}
+    assert one == 1 and set(info) == {"driver", "cuda_driver", "gpus", "sweep", "host"}
     assert info["sweep"] == "standard"
 
 
@@ -82,7 +81,7 @@ def test_prom_file_of_a_run(tmp_path, mode, workers, verdict, exitstatus, counts
     assert cp.returncode == exitstatus, cp.stdout[-3000:] + cp.stderr[-2000:]
     res = results(out)
     assert res["verdict"].startswith(verdict)
-    _check_common(_parse(prom.read_text()), verdict, exitstatus, counts, res["run_id"])
+    _check_common(_parse(prom.read_text()), verdict, exitstatus, counts)
     assert sorted(p.name for p in prom.parent.iterdir()) == ["tmac.prom"]     # no temporary file left
 
 
@@ -130,4 +129,4 @@ def test_label_values_are_escaped():
     assert m["tmac_run_end_timestamp_seconds"][()] == 1700000000.25
     info = dict(next(iter(m["tmac_info"])))
     assert info == {"driver": "580.65.06", "cuda_driver": "13000", "gpus": "2 x NVIDIA H100 80GB HBM3",
-                    "sweep": "smoke", "run_id": "r-1", "host": weird}
+                    "sweep": "smoke", "host": weird}
