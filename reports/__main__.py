@@ -1,8 +1,11 @@
 """``python -m reports {matrix,diff,merge,bench}``; see README.md.
 
 Exit status: 0 success (diff: nothing got worse; merge: all nodes alike and passing),
-1 diff found a regression not accepted / merge flagged a node or a node does not pass,
-2 unreadable input, output that cannot be written, or bad usage.
+1 diff found a regression not accepted (or, --strict, another or unknown harness) /
+merge flagged a node, a node does not pass or fewer came than --expect-nodes, 2
+unreadable input, output that cannot be written, the same run given twice to merge,
+or bad usage. Installed as the console script ``tmac-reports`` (tmac_reports.py), which
+runs from any folder.
 """
 from __future__ import annotations
 
@@ -57,30 +60,49 @@ regression classes (each loss of verdict, OLD -> NEW):
   skipped           passed or known issue -> skipped (coverage lost)
   vanished          a case in OLD that is not in NEW
   collection-error  a suite file that no longer collects (its cases vanish too)
+  known-issue-moved a known issue in both runs, of another known-issue entry in NEW
+  known-issue-changed
+                    a known-issue entry of both runs whose pattern, mode, rule,
+                    match or conditions changed (it may absorb other failures)
+
+harness: environment.json's "harness" section (package versions, sources sha256,
+constraints) of OLD and NEW are compared and any difference is listed; --strict
+makes a different harness, or one that is unknown (no section), exit 1.
 
 exit status:
   0  nothing got worse, or every regression is in an --accept'ed class
-  1  a regression in a class not accepted
+  1  a regression in a class not accepted; with --strict, also another or an
+     unknown harness
   2  unreadable input, --json / --markdown not writable, or bad usage
 """
 
 
 MERGE_EPILOG = """\
-a node fails when its run verdict is not PASS: FAIL (failed or could not build
+a node is flagged when it ran other case ids than the reference set (the set that
+more than half of the nodes ran exactly, else the union of all nodes' case ids:
+missing or extra cases), another sweep, --arch, selecting options (-k, -m, ...)
+or known-issues file than the majority, a case in another state than most nodes
+that ran it, or other versions (driver, NVRTC, CCCL, ...).
+a node fails when its verdict is not PASS: FAIL (failed or could not build
 cases), NOT MEASURED (no usable GPU), INTERRUPTED, TIMED OUT, INCOMPLETE,
-INTERNAL ERROR, NO CASES RAN, NOTHING PASSED.
+INTERNAL ERROR, NO CASES RAN, NOTHING PASSED, or any other (e.g. GPU LOST).
 
 exit status:
-  0  every node passes and none differs from the majority (one node: it passes)
-  1  a node differs from the majority (cases or versions) or does not pass
-  2  unreadable input, nothing left to merge, --out not writable, or bad usage
+  0  every node passes and none is flagged (one node: it passes)
+  1  a node is flagged or does not pass, or fewer nodes than --expect-nodes
+  2  unreadable input, the same folder or run id twice, nothing left to merge,
+     --out not writable, or bad usage
 """
 
 
 def cmd_matrix(a) -> int:
     run = load_run(a.run)
     out = Path(a.out) if a.out else (Path(a.run) if Path(a.run).is_dir() else Path(a.run).parent)
-    p_md, p_html = matrix_mod.write(run, out)
+    try:
+        p_md, p_html = matrix_mod.write(run, out)
+    except OSError as e:
+        raise OutputError(f"cannot write the matrix into {out}: {e.strerror or e}"
+                          + ("" if a.out else " (give --out DIR)")) from None
     print(f"wrote {p_md} and {p_html}")
     return 0
 
@@ -89,29 +111,37 @@ def cmd_diff(a) -> int:
     old, new = load_run(a.old), load_run(a.new)
     d = diff_mod.diff_runs(old, new)
     accept = {c for group in a.accept for c in group}
-    md = diff_mod.to_markdown_text(d, accept)
-    js = diff_mod.to_json_text(d, accept)
+    md = diff_mod.to_markdown_text(d, accept, a.strict)
+    js = diff_mod.to_json_text(d, accept, a.strict)
     if a.markdown:
         _write(a.markdown, md)
     if a.json:
         _write(a.json, js)
     if "-" not in (a.markdown, a.json):
         sys.stdout.write(js if a.format == "json" else md)
-    return diff_mod.exit_status(d, accept)
+    return diff_mod.exit_status(d, accept, a.strict)
 
 
 def cmd_merge(a) -> int:
+    me = f"{a.prog} merge"
     paths, notes = merge_mod.run_inputs(a.runs, a.out)
     for line in notes:
-        print(f"python -m reports merge: {line}", file=sys.stderr)
+        print(f"{me}: {line}", file=sys.stderr)
     if not paths:
-        print("python -m reports merge: no run folder left to merge (give the node folders, "
+        print(f"{me}: no run folder left to merge (give the node folders, "
               "and an --out folder apart from them)", file=sys.stderr)
         return 2
-    runs = [load_run(p) for p in paths]
-    m = merge_mod.merge_runs(runs)
+    dup = merge_mod.duplicates(paths)
+    runs = [load_run(p) for p in paths] if dup is None else []
+    dup = dup or merge_mod.duplicates(paths, runs)
+    if dup:
+        print(f"{me}: {dup}", file=sys.stderr)
+        return 2
+    m = merge_mod.merge_runs(runs, a.expect_nodes)
     if len(runs) == 1:
-        print("python -m reports merge: 1 node only: nothing to compare it with", file=sys.stderr)
+        print(f"{me}: 1 node only: nothing to compare it with", file=sys.stderr)
+    if merge_mod.too_few(m):
+        print(f"{me}: {len(runs)} node(s) came, --expect-nodes {a.expect_nodes}", file=sys.stderr)
     outs = merge_mod.outputs(m)
     if a.out:
         for name, text in outs.items():
@@ -121,12 +151,22 @@ def cmd_merge(a) -> int:
     return merge_mod.exit_status(m)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a number of nodes, 1 or more: {text!r}")
+    return n
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m reports") -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:                 # its own options: python -m reports bench --help
         from . import bench
-        return bench.main(argv[1:])
-    p = _Parser(prog="python -m reports", description="Reports of TMA conformance runs.")
+        return bench.main(argv[1:], prog=f"{prog} bench")
+    p = _Parser(prog=prog, description="Reports of TMA conformance runs.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     m = sub.add_parser("matrix", help="conformance matrix (matrix.md, matrix.html) of one run")
     m.add_argument("run", help="run folder, results.json or JUnit XML")
@@ -143,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="list the regressions of CLASS but do not exit 1 for them; repeatable or "
                         f"comma-separated; CLASS: {', '.join(diff_mod.CLASSES)}")
     d.add_argument("--strict", action="store_true",
-                   help="no effect, kept for old scripts: every loss of verdict already exits 1")
+                   help="also exit 1 when OLD and NEW ran different harnesses (package versions, sources, "
+                        "constraints) or a run's harness is unknown (every loss of verdict exits 1 anyway)")
     d.set_defaults(fn=cmd_diff)
     g = sub.add_parser("merge", help="fleet view of many nodes' runs; exit 1 if a node differs or fails",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=MERGE_EPILOG)
@@ -151,16 +192,23 @@ def main(argv: list[str] | None = None) -> int:
                                            "holding only a merge's output are left out")
     g.add_argument("--out", help="folder for fleet.md, fleet.html, fleet.json")
     g.add_argument("--format", choices=("md", "json"), default="md", help="what goes to stdout (default md)")
+    g.add_argument("--expect-nodes", metavar="N", type=_count, default=None,
+                   help="exit 1 when fewer than N nodes' runs came (a node that wrote nothing)")
     g.set_defaults(fn=cmd_merge)
     sub.add_parser("bench", help="time to verdict: sweeps, workers, compiles (see its --help)")
     a = p.parse_args(argv)
+    a.prog = prog
     try:
         return a.fn(a)
     except ReportInputError as e:
-        print(f"python -m reports {a.cmd}: unreadable input: {e}", file=sys.stderr)
+        print(f"{prog} {a.cmd}: unreadable input: {e}", file=sys.stderr)
         return 2
     except OutputError as e:
-        print(f"python -m reports {a.cmd}: {e}", file=sys.stderr)
+        print(f"{prog} {a.cmd}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:                      # any other file the tools meet: one line, never a traceback
+        print(f"{prog} {a.cmd}: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}",
+              file=sys.stderr)
         return 2
 
 

@@ -172,8 +172,19 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports bench", description=__doc__.split("\n")[0])
+def _writable(out: Path) -> str | None:
+    """None when bench.json and bench.md can be written into ``out`` (created), else why."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".bench-", delete=True):
+            pass
+    except OSError as e:
+        return f"cannot write into {out}: {e.strerror or e}"
+    return None
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--sweeps", default="smoke,standard,full")
     p.add_argument("--workers", default="1,2,4,8,16,auto")
     p.add_argument("--out", default=str(ROOT / "reports" / "out" / "bench"))
@@ -187,12 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     workers = [w for w in a.workers.split(",") if w]
     if any(w != "auto" and not w.isdigit() for w in workers):
         p.error(f"--workers takes numbers or 'auto': {a.workers}")
-    result = run(sweeps, workers, a.suites, a.arch)
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    why = _writable(out)                      # before the minutes of runs, not after
+    if why:
+        print(f"{prog}: {why}", file=sys.stderr)
+        return 2
+    result = run(sweeps, workers, a.suites, a.arch)
     text = table(result)
-    (out / "bench.md").write_text(text + "\n")
+    try:
+        (out / "bench.json").write_text(json.dumps(result, indent=2))
+        (out / "bench.md").write_text(text + "\n")
+    except OSError as e:
+        print(text)
+        print(f"{prog}: cannot write into {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(text)
     return 0
 

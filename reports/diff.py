@@ -8,10 +8,16 @@ OLD and NEW are run folders (``results.json``, else the JUnit in it, plus
 A regression is any loss of verdict, in one of ``CLASSES``: ``failed`` (a case now
 failed that was not, or a new failed case), ``could-not-build`` (likewise),
 ``known-issue`` (passed -> known issue), ``skipped`` (passed or known issue ->
-skipped), ``vanished`` (in OLD, not in NEW) and ``collection-error`` (a suite file
-that no longer collects). Exit status: 1 when there is a regression in a class not
-accepted (``--accept CLASS``), 0 when nothing got worse, 2 on unreadable input or
-output that cannot be written.
+skipped), ``vanished`` (in OLD, not in NEW), ``collection-error`` (a suite file
+that no longer collects), ``known-issue-moved`` (a known issue in both, of another
+entry in NEW) and ``known-issue-changed`` (a known-issue entry of both runs whose
+pattern, mode, signature or conditions changed: it may absorb other failures now).
+The harness each run ran with (environment.json's ``harness``: package versions,
+the digest of the harness's sources, the constraints file) is compared too
+(``harness_drift``); ``--strict`` makes a different or unknown harness exit 1.
+Exit status: 1 when there is a regression in a class not accepted (``--accept
+CLASS``) or, with ``--strict``, the harnesses differ or are unknown, 0 when nothing
+got worse, 2 on unreadable input or output that cannot be written.
 """
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ from .render import Cell, Document, Section, Table, to_markdown
 
 SCHEMA = "tmac-diff/2"
 COLLECT = "collect"         # CaseResult.phase of a collection error (id: the file's node id)
-CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error")
+CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error",
+           "known-issue-moved", "known-issue-changed")
 CLASS_WHAT = {
     "failed": "now failed and was not (passed, skipped, known issue, could not build), or a new failed case",
     "could-not-build": "now could not build and was not, or a new case that could not build",
@@ -35,7 +42,16 @@ CLASS_WHAT = {
     "skipped": "passed or known issue -> skipped: coverage lost",
     "vanished": "in OLD, not in NEW",
     "collection-error": "a suite file no longer collects (its cases are listed as vanished)",
+    "known-issue-moved": "a known issue in OLD and NEW, of another known-issue entry in NEW",
+    "known-issue-changed": "a known-issue entry of OLD and NEW whose pattern, mode, signature (rule, match) "
+                           "or conditions changed: it may absorb other failures now",
 }
+ENTRY_CLASSES = ("known-issue-changed",)     # their rows are known-issue entries, not cases
+# The fields of a known-issue entry (results.json meta known_issues.entries, the file's
+# fields) that decide which cases and failures it absorbs; reason and evidence do not.
+KI_FIELDS = ("pattern", "mode", "rule", "match", "driver_min", "driver_max", "compute_capability", "arch",
+             "sweeps")
+SUITE_XFAIL = "(xfail in the suite)"
 MAX_LIST = 100
 # by_axis: the changed cases counted per parameter axis (reports.axes) and value.
 AXIS_COUNTS = ("regressions", "fixes", "new", "removed")
@@ -135,6 +151,8 @@ def diff_runs(old: Run, new: Run) -> dict:
         if a is not None and a.state == b.state:
             if b.state in (FAILED, NOBUILD):
                 still.append(b.id)
+            elif b.state == KNOWN and _ki_id(a) != _ki_id(b):
+                regressions["known-issue-moved"].append(dict(row, old_known=_ki_id(a), new_known=_ki_id(b)))
             continue
         loss = loss_class(a, b)
         if loss:
@@ -154,7 +172,10 @@ def diff_runs(old: Run, new: Run) -> dict:
     out["still_failing"] = still
     out["collection_errors_gone"] = gone
     out["new_cases"] = [{"id": n[k].id, "state": n[k].state} for k in sorted(set(n) - set(o))]
+    out["known_issues"] = known_issue_changes(old, new)
+    regressions["known-issue-changed"] = out["known_issues"].pop("changed", [])
     out["by_axis"] = by_axis(out)
+    out["harness"] = harness_drift(old, new)
 
     po, pn = props_of(old), props_of(new)
     env = []
@@ -180,11 +201,91 @@ def diff_runs(old: Run, new: Run) -> dict:
     return out
 
 
+def _ki_id(c: CaseResult) -> str:
+    return (c.known_issue or {}).get("id") or SUITE_XFAIL
+
+
+def _entries(run: Run) -> list | None:
+    ki = run.meta.get("known_issues")
+    entries = ki.get("entries") if isinstance(ki, dict) else None
+    return entries if isinstance(entries, list) else None
+
+
+def known_issue_changes(old: Run, new: Run) -> dict:
+    """The known-issue entries of OLD and NEW (results.json's ``known_issues.entries``):
+    ``changed`` (an entry of both whose ``KI_FIELDS`` differ: the class known-issue-changed),
+    ``added``, ``removed`` (ids), or ``compared`` False with ``why`` (a JUnit input keeps
+    no entries)."""
+    eo, en = _entries(old), _entries(new)
+    if eo is None or en is None:
+        return {"compared": False, "why": "no known-issue entries recorded in " + " and ".join(
+            s for s, v in (("OLD", eo), ("NEW", en)) if v is None) + " (a JUnit file keeps none)",
+            "changed": [], "added": [], "removed": []}
+    o = {e.get("id"): e for e in eo if isinstance(e, dict)}
+    n = {e.get("id"): e for e in en if isinstance(e, dict)}
+    changed = []
+    for i in sorted(set(o) & set(n), key=str):
+        fields = [f for f in KI_FIELDS if o[i].get(f) != n[i].get(f)]
+        if fields:
+            changed.append({"id": i, "fields": fields,
+                            "old": {f: o[i].get(f) for f in fields}, "new": {f: n[i].get(f) for f in fields},
+                            "change": "; ".join(f"{f}: {o[i].get(f)!r} -> {n[i].get(f)!r}" for f in fields)})
+    return {"compared": True, "changed": changed, "added": sorted(set(n) - set(o), key=str),
+            "removed": sorted(set(o) - set(n), key=str)}
+
+
+def _harness(run: Run) -> dict | None:
+    h = run.env.get("harness") if isinstance(run.env, dict) else None
+    return h if isinstance(h, dict) else None
+
+
+def harness_drift(old: Run, new: Run) -> dict:
+    """Did OLD and NEW run the same harness (environment.json's ``harness``: ``packages``
+    {dist: version}, ``sources_sha256``, ``constraints``)? ``known`` False when a side has
+    no such section (an older harness, a JUnit file); else ``packages`` (the dists whose
+    version changed, came or went), ``sources`` and ``constraints`` ({"old", "new"} when
+    they differ, else None) and ``differs``."""
+    ho, hn = _harness(old), _harness(new)
+    if ho is None or hn is None:
+        return {"known": False, "differs": None, "packages": [], "sources": None, "constraints": None,
+                "why": "no harness section in the environment of " + " and ".join(
+                    s for s, v in (("OLD", ho), ("NEW", hn)) if v is None)}
+    po = ho.get("packages") if isinstance(ho.get("packages"), dict) else {}
+    pn = hn.get("packages") if isinstance(hn.get("packages"), dict) else {}
+    packages = [{"name": k, "old": po.get(k), "new": pn.get(k)}
+                for k in sorted(set(po) | set(pn)) if po.get(k) != pn.get(k)]
+    sources = None if ho.get("sources_sha256") == hn.get("sources_sha256") else \
+        {"old": ho.get("sources_sha256"), "new": hn.get("sources_sha256")}
+    constraints = None if ho.get("constraints") == hn.get("constraints") else \
+        {"old": ho.get("constraints"), "new": hn.get("constraints")}
+    return {"known": True, "differs": bool(packages or sources or constraints), "packages": packages,
+            "sources": sources, "constraints": constraints}
+
+
+def harness_line(h: dict) -> str | None:
+    """One line when the harnesses differ or are unknown, else None."""
+    if not h["known"]:
+        return f"harness unknown: {h['why']}"
+    if not h["differs"]:
+        return None
+    parts = []
+    if h["packages"]:
+        parts.append("packages " + ", ".join(f"{p['name']} {p['old'] or '-'} -> {p['new'] or '-'}"
+                                              for p in h["packages"]))
+    if h["sources"]:
+        parts.append("sources differ (sha256 {} -> {})".format(str(h["sources"]["old"])[:12],
+                                                             str(h["sources"]["new"])[:12]))
+    if h["constraints"]:
+        parts.append(f"constraints {h['constraints']['old']!r} -> {h['constraints']['new']!r}")
+    return "different harnesses: " + "; ".join(parts)
+
+
 def by_axis(d: dict) -> dict[str, dict[str, dict[str, int]]]:
     """The changed cases of a diff per parameter axis and value: ``{axis: {value: {"regressions",
     "fixes", "new", "removed"}}}``, values in the matrix's order, "-" for the changed cases whose
     id names no value.  Only the axes that some changed case names."""
-    groups = {"regressions": [r["id"] for c in CLASSES if c != "vanished" for r in d["regressions"][c]],
+    groups = {"regressions": [r["id"] for c in CLASSES if c != "vanished" and c not in ENTRY_CLASSES
+                              for r in d["regressions"][c]],
               "fixes": [r["id"] for r in d["fixes"]],
               "new": [r["id"] for r in d["new_cases"]],
               "removed": [r["id"] for r in d["regressions"]["vanished"]]}
@@ -203,19 +304,26 @@ def by_axis(d: dict) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def exit_status(d: dict, accept=()) -> int:
-    """1 when a class not in ``accept`` has a regression, else 0."""
-    return 1 if any(d["regressions"][c] for c in CLASSES if c not in accept) else 0
+def exit_status(d: dict, accept=(), strict: bool = False) -> int:
+    """1 when a class not in ``accept`` has a regression, or (``strict``) the harnesses
+    differ or are unknown; else 0."""
+    if any(d["regressions"][c] for c in CLASSES if c not in accept):
+        return 1
+    return 1 if strict and harness_line(d["harness"]) else 0
 
 
-def verdict(d: dict, accept=()) -> tuple[str, str]:
-    """("3 regressions: 1 failed, 2 vanished (accepted)", css) or ("No regressions", "ok")."""
+def verdict(d: dict, accept=(), strict: bool = False) -> tuple[str, str]:
+    """("3 regressions: 1 failed, 2 vanished (accepted)", css) or ("No regressions", "ok");
+    with ``strict``, "; different harnesses: ..." or "; harness unknown: ..." after it."""
     found = [(c, len(d["regressions"][c])) for c in CLASSES if d["regressions"][c]]
+    harness = harness_line(d["harness"]) if strict else None
+    tail = f"; {harness} (--strict)" if harness else ""
     if not found:
-        return "No regressions", "ok"
+        return "No regressions" + tail, "bad" if harness else "ok"
     total = sum(k for _, k in found)
     parts = ", ".join(f"{k} {c}" + (" (accepted)" if c in accept else "") for c, k in found)
-    return f"{total} regression{'s' if total != 1 else ''}: {parts}", "bad" if exit_status(d, accept) else "warn"
+    return (f"{total} regression{'s' if total != 1 else ''}: {parts}{tail}",
+            "bad" if exit_status(d, accept, strict) else "warn")
 
 
 def _rows(items, cols, limit=MAX_LIST):
@@ -238,12 +346,13 @@ def _rows(items, cols, limit=MAX_LIST):
     return rows, note
 
 
-def to_doc(d: dict, accept=()) -> Document:
-    status = exit_status(d, accept)
+def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
+    status = exit_status(d, accept, strict)
     accepted = [c for c in CLASSES if c in accept]
     doc = Document(f"Run diff: {d['old']['node']} -> {d['new']['node']}",
                    f"OLD {d['old']['source']} · NEW {d['new']['source']} · exit status {status}"
-                   + (f" · accepted: {', '.join(accepted)}" if accepted else ""), verdict(d, accept))
+                   + (f" · accepted: {', '.join(accepted)}" if accepted else "")
+                   + (" · --strict" if strict else ""), verdict(d, accept, strict))
     counts = Table(["run"] + [STATE_LABELS[s] for s in STATES] + ["total"],
                    [["OLD"] + [d["old"]["counts"][s] for s in STATES] + [sum(d["old"]["counts"].values())],
                     ["NEW"] + [d["new"]["counts"][s] for s in STATES] + [sum(d["new"]["counts"].values())]])
@@ -260,7 +369,9 @@ def to_doc(d: dict, accept=()) -> Document:
             continue
         cols = {"vanished": ["id", "old"], "collection-error": ["id", "message"],
                 "known-issue": ["id", "old", "new", "reason"],
-                "skipped": ["id", "old", "new", "reason"]}.get(c, ["id", "old", "new", "rule", "message"])
+                "skipped": ["id", "old", "new", "reason"],
+                "known-issue-moved": ["id", "old_known", "new_known", "reason"],
+                "known-issue-changed": ["id", "change"]}.get(c, ["id", "old", "new", "rule", "message"])
         sec = Section(f"Regressions, {c}: {len(regs[c])}", level=3)
         sec.paragraphs.append(CLASS_WHAT[c][:1].upper() + CLASS_WHAT[c][1:] + "."
                               + (f" Accepted (--accept {c}): listed, but does not set exit status 1."
@@ -296,6 +407,8 @@ def to_doc(d: dict, accept=()) -> Document:
     doc.sections.append(sec)
     if d["still_failing"]:
         doc.sections.append(Section(f"Still failing: {len(d['still_failing'])}", level=3))
+    doc.sections.append(_known_entries_section(d))
+    doc.sections.append(_harness_section(d, strict))
     sec = Section(f"Environment changes: {len(d['environment'])}", level=3)
     if not d["environment_compared"]:
         sec.paragraphs.append("Not compared: one side has no environment (no environment.json, no JUnit properties).")
@@ -318,6 +431,37 @@ def to_doc(d: dict, accept=()) -> Document:
     return doc
 
 
+def _known_entries_section(d: dict) -> Section:
+    ki = d["known_issues"]
+    sec = Section("Known-issue entries", level=3)
+    if not ki["compared"]:
+        sec.paragraphs.append(f"Not compared: {ki['why']}.")
+        return sec
+    n = len(d["regressions"]["known-issue-changed"])
+    sec.paragraphs.append(f"{n} changed (the class known-issue-changed), {len(ki['added'])} added"
+                          + (f" ({', '.join(map(str, ki['added']))})" if ki["added"] else "")
+                          + f", {len(ki['removed'])} removed"
+                          + (f" ({', '.join(map(str, ki['removed']))})" if ki["removed"] else "") + ".")
+    return sec
+
+
+def _harness_section(d: dict, strict: bool) -> Section:
+    h = d["harness"]
+    line = harness_line(h)
+    sec = Section("Harness", level=3)
+    if line is None:
+        sec.paragraphs.append("The same harness: package versions, sources (sha256) and constraints alike.")
+        return sec
+    sec.paragraphs.append(line[:1].upper() + line[1:] + "."
+                          + (" With --strict this sets exit status 1." if strict else
+                             " Listed only; --strict makes it exit status 1."))
+    if h["packages"]:
+        sec.tables.append(Table(["package", "old", "new"],
+                                [[Cell(x["name"], "mono"), str(x["old"] or "-"), str(x["new"] or "-")]
+                                 for x in h["packages"]]))
+    return sec
+
+
 def _axis_section(d: dict) -> Section:
     ba = d["by_axis"]
     sec = Section("Changes by parameter axis", level=3)
@@ -336,10 +480,11 @@ def _axis_section(d: dict) -> Section:
     return sec
 
 
-def to_markdown_text(d: dict, accept=()) -> str:
-    return to_markdown(to_doc(d, accept))
+def to_markdown_text(d: dict, accept=(), strict: bool = False) -> str:
+    return to_markdown(to_doc(d, accept, strict))
 
 
-def to_json_text(d: dict, accept=()) -> str:
-    return json.dumps(dict(d, accepted=[c for c in CLASSES if c in accept], verdict=verdict(d, accept)[0],
-                           exit_status=exit_status(d, accept)), indent=2) + "\n"
+def to_json_text(d: dict, accept=(), strict: bool = False) -> str:
+    return json.dumps(dict(d, accepted=[c for c in CLASSES if c in accept], strict=strict,
+                           verdict=verdict(d, accept, strict)[0],
+                           exit_status=exit_status(d, accept, strict)), indent=2) + "\n"

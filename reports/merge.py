@@ -1,16 +1,29 @@
 """``python -m reports merge RUN_DIR...``: the fleet view of many nodes' runs.
 
-One row per node (its host name; ``host#run`` when a host appears twice): the
-versions that matter (driver, GPU, NVRTC, CCCL) and, per suite, the counts
-passed/failed/known issue/skipped/could not build, and its run verdict
-(``model.run_verdict``). A node is flagged when its results differ from the
-majority (per case: the state most nodes have) or a version differs from the
-majority's; it fails when its verdict is not PASS (FAIL, NOT MEASURED,
-INTERRUPTED, TIMED OUT, INCOMPLETE, ...). Output: Markdown, standalone HTML and
-JSON (schema ``tmac-fleet/1``). Exit status: 1 when a node is flagged or fails,
-0 otherwise (one node: 0 when it passes), 2 on unreadable input or output that
-cannot be written. The ``--out`` folder and folders holding only a merge's output
-are never read as runs (``run_inputs``).
+One row per node (its host name; ``host (folder)`` when a host appears twice): its
+verdict, counts, duration, the versions that matter (driver, GPU, NVRTC, CCCL) and,
+per suite, the counts passed/failed/known issue/skipped/could not build.
+
+A node is **flagged** (it differs from the fleet) when
+
+- its case ids differ from the reference set (``coverage``): the set of case ids that
+  more than half of the nodes ran exactly, else (two nodes, a split fleet) the union
+  of every node's case ids; a node is flagged for the reference's cases it did not run
+  (``missing``) and for cases it ran beyond them (``extra``), with counts and examples;
+- its settings differ from the majority's: sweep, ``--arch``, the options that select
+  cases (``-k``, ``-m``, ``--deselect``, ...), the known-issues file (sha256);
+- a case it ran is in another state than most of the nodes that ran it;
+- a version differs from the majority's.
+
+A node **does not pass** when its verdict is not PASS (``node_verdict``: the verdict the
+run recorded when it is not PASS, e.g. a kind this tool does not know such as GPU LOST,
+else ``model.run_verdict``; a pytest exit status other than 0 is never PASS).
+Output: Markdown, standalone HTML and JSON (schema ``tmac-fleet/1``). Exit status: 1
+when a node is flagged or does not pass, or fewer nodes came than ``--expect-nodes``,
+0 otherwise (one node: 0 when it passes), 2 on unreadable input, the same folder or
+run id given twice (``duplicates``), or output that cannot be written. The ``--out``
+folder and folders holding only a merge's output are never read as runs
+(``run_inputs``).
 """
 from __future__ import annotations
 
@@ -31,6 +44,14 @@ VERSION_KEYS = [
     ("runtime", "tmac.cuda_runtime.version"),
 ]
 SHORT = {"passed": "P", "failed": "F", "known-issue": "K", "skipped": "S", "could-not-build": "B"}
+EXAMPLES = 10          # example case ids per node in fleet.json (missing, extra)
+# The pytest options that change which cases run (compared between nodes); the others
+# (-n, --report-dir, --junitxml, --prom-file, -q, ...) are per node or change nothing.
+SELECT_OPTS = {"-k": True, "-m": True, "--deselect": True, "--ignore": True, "--ignore-glob": True,
+               "--maxfail": True, "--require-gpus": True, "-x": False, "--exitfirst": False,
+               "--lf": False, "--last-failed": False, "--ff": False, "--failed-first": False,
+               "--sw": False, "--stepwise": False}
+SETTING_LABELS = ("sweep", "arch", "options", "known issues")
 
 
 def _short(v: str, n: int = 48) -> str:
@@ -64,7 +85,94 @@ def run_inputs(paths: list[str], out: str | None) -> tuple[list[str], list[str]]
     return keep, notes
 
 
-def merge_runs(runs: list[Run]) -> dict:
+def duplicates(paths: list[str], runs: list[Run] | None = None) -> str | None:
+    """One line when the same folder (resolved path) or, once read, the same run id is
+    given twice: a node counted twice is no fleet (exit status 2); else None."""
+    seen: dict[Path, str] = {}
+    for p in paths:
+        rp = Path(p).resolve()
+        key = rp.parent if rp.is_file() and rp.name == "results.json" else rp
+        if key in seen:
+            return f"the same run folder given twice: {seen[key]} and {p} (resolve to {key})"
+        seen[key] = p
+    if runs is not None:
+        ids: dict[str, str] = {}
+        for p, r in zip(paths, runs):
+            rid = run_id_of(r)
+            if rid and rid in ids:
+                return f"the same run given twice: {ids[rid]} and {p} have run id {rid}"
+            if rid:
+                ids[rid] = p
+    return None
+
+
+def run_id_of(r: Run) -> str | None:
+    rid = r.meta.get("run_id") or (r.env.get("run_id") if isinstance(r.env, dict) else None) \
+        or r.env_props.get("tmac.run_id")
+    return str(rid) if rid not in (None, "", "None") else None
+
+
+def selection_options(args: list[str]) -> str:
+    """The options of a pytest command line that change which cases run (``SELECT_OPTS``),
+    in a stable order; '' when none."""
+    out, i = [], 0
+    while i < len(args):
+        a = str(args[i])
+        name, eq, value = a.partition("=")
+        if name in SELECT_OPTS and name.startswith("--"):
+            if SELECT_OPTS[name] and not eq and i + 1 < len(args):
+                value, i = str(args[i + 1]), i + 1
+            out.append(f"{name}={value}" if SELECT_OPTS[name] else name)
+        elif a[:2] in SELECT_OPTS and not a.startswith("--"):
+            short = a[:2]
+            if SELECT_OPTS[short]:
+                value = a[2:]
+                if not value and i + 1 < len(args):
+                    value, i = str(args[i + 1]), i + 1
+                out.append(f"{short} {value}")
+            else:
+                out.append(short)
+        i += 1
+    return " ".join(sorted(out))
+
+
+def settings_of(r: Run, props: dict) -> dict[str, str]:
+    """What a node was asked to run: sweep, --arch, the selecting options, known issues."""
+    cmd = r.env.get("command") if isinstance(r.env, dict) else None
+    if isinstance(cmd, dict) and isinstance(cmd.get("invocation_args"), list):
+        opts = selection_options(cmd["invocation_args"])
+    elif "tmac.command" in props:
+        opts = selection_options(props["tmac.command"].split())
+    else:
+        opts = "?"
+    arch = props.get("tmac.arch_option", "-")
+    return {"sweep": props.get("tmac.sweep", "-"), "arch": "-" if arch in ("None", "") else arch,
+            "options": opts or "-", "known issues": props.get("tmac.known_issues.sha256", "-")[:12]}
+
+
+def node_verdict(r: Run) -> dict:
+    """The node's verdict: ``run_verdict``'s, unless the run recorded another that is not
+    PASS (a kind this tool may not know, e.g. GPU LOST), or pytest exited non-zero while
+    the cases read PASS. Only PASS passes; any other status, known or not, does not."""
+    v = run_verdict(r)
+    status, text = v.status, v.text
+    recorded = r.meta.get("verdict") or r.env_props.get("tmac.verdict")
+    if isinstance(recorded, str) and recorded.strip():
+        rs = recorded.split(":", 1)[0].strip()
+        if rs != "PASS" and rs != status:
+            status, text = rs, recorded.strip()
+    code = r.meta.get("exitstatus")
+    if status == "PASS" and isinstance(code, int) and code != 0:
+        status, text = f"EXIT {code}", f"pytest exit status {code} although the cases read PASS ({text})"
+    return {"status": status, "text": text, "passed": status == "PASS"}
+
+
+def _majority(vals: list) -> object:
+    v, n = Counter(vals).most_common(1)[0]
+    return v if n * 2 > len(vals) else None
+
+
+def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
     names: list[str] = []
     seen = Counter(r.node for r in runs)
     for r in runs:
@@ -75,60 +183,75 @@ def merge_runs(runs: list[Run]) -> dict:
             name = f"{name} #{len(names) + 1}"
         names.append(name)
     n_nodes = len(runs)
-    # majority state per case (over the nodes that ran it)
+    # coverage: the reference case set (the one most nodes ran exactly, else the union)
+    idsets = [frozenset(r.cases) for r in runs]
+    common, n_common = Counter(idsets).most_common(1)[0]
+    if n_nodes == 1 or n_common * 2 > n_nodes:
+        reference, basis = common, "majority" if n_nodes > 1 else "single node"
+    else:
+        reference, basis = frozenset().union(*idsets), "union"
+    # majority state per case, over the nodes that ran it
     states: dict[str, Counter] = defaultdict(Counter)
     for r in runs:
         for cid, c in r.cases.items():
             states[cid][c.state] += 1
-    for cnt in states.values():  # a node that did not run a case counts as "missing"
-        if sum(cnt.values()) < n_nodes:
-            cnt["missing"] += n_nodes - sum(cnt.values())
-    majority = {cid: cnt.most_common(1)[0][0] for cid, cnt in states.items()
-                if cnt.most_common(1)[0][1] * 2 > n_nodes}
+    majority = {}
+    for cid, cnt in states.items():
+        st, k = cnt.most_common(1)[0]
+        if k * 2 > sum(cnt.values()):
+            majority[cid] = st
+    props = [props_of(r) for r in runs]
     versions = {}
     for label, key in VERSION_KEYS + [("GPU", "gpu")]:
-        vals = []
-        for r in runs:
-            p = props_of(r)
-            vals.append(_gpu_summary(p) if key == "gpu" else p.get(key, "-"))
-        versions[label] = vals
-    version_majority = {}
-    for label, vals in versions.items():
-        v, n = Counter(vals).most_common(1)[0]
-        version_majority[label] = v if n * 2 > len(vals) else None
+        versions[label] = [_gpu_summary(p) if key == "gpu" else p.get(key, "-") for p in props]
+    version_majority = {label: _majority(vals) for label, vals in versions.items()}
+    settings = [settings_of(r, p) for r, p in zip(runs, props)]
+    settings_majority = {k: _majority([s[k] for s in settings]) for k in SETTING_LABELS}
     suites = sorted({c.suite for r in runs for c in r.cases.values()})
     nodes = []
     for i, r in enumerate(runs):
         per_suite: dict[str, Counter] = defaultdict(Counter)
         for c in r.cases.values():
             per_suite[c.suite][c.state] += 1
-        differs = []
-        for cid, maj in majority.items():
-            own = r.cases.get(cid)
-            own_state = own.state if own else "missing"
-            if own_state != maj:
-                differs.append({"id": cid, "node": own_state, "majority": maj})
+        differs = [{"id": cid, "node": c.state, "majority": majority[cid]}
+                   for cid, c in sorted(r.cases.items()) if cid in majority and c.state != majority[cid]]
+        missing = sorted(reference - idsets[i])
+        extra = sorted(idsets[i] - reference)
+        many = n_nodes > 1
         vdiff = {label: versions[label][i] for label in versions
-                 if n_nodes > 1 and versions[label][i] != version_majority[label]}
-        counts = r.counts()
-        v = run_verdict(r)
+                 if many and versions[label][i] != version_majority[label]}
+        sdiff = {k: settings[i][k] for k in SETTING_LABELS if many and settings[i][k] != settings_majority[k]}
+        v = node_verdict(r)
         nodes.append({
-            "node": names[i], "source": r.source, "run_id": r.meta.get("run_id"),
+            "node": names[i], "source": r.source, "run_id": run_id_of(r),
             "versions": {label: versions[label][i] for label in versions},
-            "verdict": {"status": v.status, "text": v.text},
-            "counts": counts,
+            "settings": settings[i],
+            "verdict": {"status": v["status"], "text": v["text"]},
+            "counts": r.counts(),
+            "cases": len(r.cases),
+            "duration_s": r.meta.get("duration_s"),
             "suites": {s: dict(per_suite[s]) for s in suites},
+            "missing_cases": len(missing), "missing_examples": missing[:EXAMPLES],
+            "extra_cases": len(extra), "extra_examples": extra[:EXAMPLES],
             "differs_from_majority": differs,
             "versions_differ": vdiff,
-            "flagged": bool(n_nodes > 1 and (differs or vdiff)),
-            "failing": not v.passed,
+            "settings_differ": sdiff,
+            "flagged": bool(many and (differs or vdiff or sdiff or missing or extra)),
+            "failing": not v["passed"],
         })
     return {"schema": SCHEMA, "nodes": nodes, "suites": suites, "version_majority": version_majority,
+            "settings_majority": settings_majority,
+            "case_reference": {"basis": basis, "cases": len(reference)},
+            "expect_nodes": expect_nodes,
             "cases_with_majority": len(majority), "cases_total": len(states)}
 
 
+def too_few(m: dict) -> bool:
+    return bool(m.get("expect_nodes")) and len(m["nodes"]) < m["expect_nodes"]
+
+
 def exit_status(m: dict) -> int:
-    return 1 if any(n["flagged"] or n["failing"] for n in m["nodes"]) else 0
+    return 1 if too_few(m) or any(n["flagged"] or n["failing"] for n in m["nodes"]) else 0
 
 
 def _suite_cell(c: dict) -> Cell:
@@ -138,40 +261,79 @@ def _suite_cell(c: dict) -> Cell:
     return Cell(text, cls)
 
 
+def _why_flagged(n: dict) -> list[tuple[str, str]]:
+    """(category, text) for each way a node differs from the fleet."""
+    parts = []
+    if n["missing_cases"]:
+        parts.append(("missing cases", f"{n['missing_cases']} case(s) missing"))
+    if n["extra_cases"]:
+        parts.append(("extra cases", f"{n['extra_cases']} extra case(s)"))
+    if n["settings_differ"]:
+        parts.append(("other settings", "settings: " + ", ".join(n["settings_differ"])))
+    if n["differs_from_majority"]:
+        parts.append(("case states", f"{len(n['differs_from_majority'])} case state(s)"))
+    if n["versions_differ"]:
+        parts.append(("versions", "versions: " + ", ".join(n["versions_differ"])))
+    return parts
+
+
 def verdict(m: dict) -> tuple[str, str]:
     """The fleet's verdict line and its css class."""
     nodes = m["nodes"]
     failing = [n for n in nodes if n["failing"]]
     statuses = ", ".join(f"{k} {s}" for s, k in Counter(n["verdict"]["status"] for n in failing).items())
+    few = ""
+    if m.get("expect_nodes"):
+        if too_few(m):
+            few = f"{len(nodes)} of {m['expect_nodes']} expected nodes came; "
+        elif len(nodes) > m["expect_nodes"]:
+            few = f"{len(nodes)} nodes, more than the {m['expect_nodes']} expected; "
     if len(nodes) == 1:
-        text = "1 node only: nothing to compare it with"
-        return (f"{text}; it does not pass ({statuses})", "bad") if failing else (text, "warn")
+        text = few + "1 node only: nothing to compare it with"
+        if failing:
+            return f"{text}; it does not pass ({statuses})", "bad"
+        return text, "bad" if too_few(m) else "warn"
     flagged = [n for n in nodes if n["flagged"]]
-    if flagged or failing:
-        return (f"{len(nodes)} nodes: {len(flagged)} differ from the majority, {len(failing)} do not pass"
-                + (f" ({statuses})" if failing else ""), "bad")
-    return f"{len(nodes)} nodes, all alike and passing", "ok"
+    if flagged or failing or too_few(m):
+        why = Counter(cat for n in flagged for cat, _ in _why_flagged(n))
+        detail = f" ({', '.join(f'{k} {w}' for w, k in why.items())})" if why else ""
+        return (f"{few}{len(nodes)} nodes: {len(flagged)} differ from the fleet{detail}, "
+                f"{len(failing)} do not pass" + (f" ({statuses})" if failing else ""), "bad")
+    return f"{few}{len(nodes)} nodes, all alike and passing", "ok"
+
+
+def _counts_text(c: dict) -> str:
+    return " ".join(f"{c.get(s, 0)}{SHORT[s]}" for s in STATES if c.get(s, 0)) or "0"
+
+
+def _duration(v) -> str:
+    return f"{v:.0f} s" if isinstance(v, (int, float)) else "-"
 
 
 def to_doc(m: dict) -> Document:
     flagged = [n for n in m["nodes"] if n["flagged"]]
     failing = [n for n in m["nodes"] if n["failing"]]
+    ref = m.get("case_reference") or {}
     doc = Document("TMA conformance: fleet view", f"{len(m['nodes'])} runs · {m['cases_total']} case ids · "
+                   f"reference case set: {ref.get('cases', '-')} ids ({ref.get('basis', '-')}) · "
                    "cells: P passed, F failed, K known issue, S skipped, B could not build", verdict(m))
     vlabels = list(m["version_majority"])
-    headers = ["node", "verdict"] + vlabels + m["suites"] + ["differs from majority"]
+    slabels = [k for k in SETTING_LABELS
+               if k == "sweep" or len({n["settings"][k] for n in m["nodes"]}) > 1]
+    headers = (["node", "verdict", "cases", "duration"] + vlabels + slabels + m["suites"]
+               + ["differs from the fleet"])
     rows = []
     for n in m["nodes"]:
-        row = [Cell(n["node"], "mono"), Cell(n["verdict"]["status"], "flag" if n["failing"] else "st-passed")]
+        row = [Cell(n["node"], "mono"), Cell(n["verdict"]["status"], "flag" if n["failing"] else "st-passed"),
+               Cell(_counts_text(n["counts"]), "flag" if n["missing_cases"] or n["extra_cases"] else ""),
+               _duration(n.get("duration_s"))]
         for label in vlabels:
             v = str(n["versions"][label])
             row.append(Cell(_short(v), "flag" if label in n["versions_differ"] else ""))
+        for k in slabels:
+            row.append(Cell(_short(n["settings"][k]), "flag" if k in n["settings_differ"] else ""))
         row += [_suite_cell(n["suites"][s]) for s in m["suites"]]
-        parts = []
-        if n["differs_from_majority"]:
-            parts.append(f"{len(n['differs_from_majority'])} case(s)")
-        if n["versions_differ"]:
-            parts.append("versions: " + ", ".join(n["versions_differ"]))
+        parts = [text for _, text in _why_flagged(n)]
         row.append(Cell("; ".join(parts) or "no", "flag" if parts else ""))
         rows.append(row)
     doc.sections.append(Section("Nodes x suites", tables=[Table(headers, rows)]))
@@ -179,6 +341,19 @@ def to_doc(m: dict) -> Document:
         doc.sections.append(Section(f"Nodes that do not pass: {len(failing)}", level=3, tables=[
             Table(["node", "verdict"], [[Cell(n["node"], "mono"), n["verdict"]["text"]] for n in failing])]))
     for n in flagged:
+        if n["missing_cases"] or n["extra_cases"] or n["settings_differ"]:
+            sec = Section(f"{n['node']}: coverage and settings", level=3)
+            if n["missing_cases"]:
+                sec.paragraphs.append(
+                    f"{n['missing_cases']} of the reference set's {ref.get('cases')} case ids "
+                    f"({ref.get('basis')}) not run here, e.g. " + ", ".join(f"`{x}`" for x in n["missing_examples"][:5]))
+            if n["extra_cases"]:
+                sec.paragraphs.append(
+                    f"{n['extra_cases']} case ids run here beyond the reference set, e.g. "
+                    + ", ".join(f"`{x}`" for x in n["extra_examples"][:5]))
+            for k, v in n["settings_differ"].items():
+                sec.paragraphs.append(f"{k}: {v} (the majority: {m['settings_majority'][k] or 'none'})")
+            doc.sections.append(sec)
         d = n["differs_from_majority"]
         if not d:
             continue

@@ -59,9 +59,11 @@ def test_fixes_new_vanished_and_skips(tmp_path, capsys):
     status, md, _ = run_diff(capsys, old, new, "--accept", "skipped,vanished")
     assert status == 0 and "**2 regressions: 1 skipped (accepted), 1 vanished (accepted)**" in md
     assert run_diff(capsys, old, new, "--accept", "vanished", "--accept", "skipped")[0] == 0
-    # --strict is the default now: no effect either way
+    # --strict: every loss of verdict exits 1 anyway; it adds the harness (unknown here: no
+    # environment.json), which fails even when every class is accepted
     assert run_diff(capsys, old, new, "--strict")[0] == 1
-    assert run_diff(capsys, old, new, "--strict", "--accept", "skipped,vanished")[0] == 0
+    status, md, _ = run_diff(capsys, old, new, "--strict", "--accept", "skipped,vanished")
+    assert status == 1 and "harness unknown: no harness section in the environment of OLD and NEW (--strict)" in md
 
 
 NEWFILE = "suites/test_new.py"
@@ -257,3 +259,96 @@ def test_load_run_prefers_results_and_reads_env(tmp_path):
     d = run_dir(tmp_path / "r", {A: "passed"}, env(host="hx"))
     run = load_run(d)
     assert run.node == "hx" and run.cases[A].state == "passed"
+
+
+# ---------------------------------------------------------------- known-issue entries, harness
+
+def ki_case(entry_id: str | None) -> dict:
+    c = {"state": "known-issue", "message": "known-issue: rejected"}
+    if entry_id:
+        c["known_issue"] = {"id": entry_id, "reason": "rejected", "evidence": "https://e.x/1", "mode": "xfail"}
+    return c
+
+
+def entry(entry_id: str, pattern: str, **kw) -> dict:
+    return dict({"id": entry_id, "pattern": pattern, "reason": "rejected", "evidence": "https://e.x/1",
+                 "mode": "xfail", "rule": ["box_dim.range"], "cases": {"known-issue": 1}}, **kw)
+
+
+def test_a_case_that_moves_to_another_known_issue_entry(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: ki_case("KI-1"), B: ki_case("KI-1"), C: ki_case(None)})
+    new = run_dir(tmp_path / "new", {A: ki_case("KI-2"), B: ki_case("KI-1"), C: ki_case("KI-3")})
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and d["verdict"] == "2 regressions: 2 known-issue-moved"
+    moved = {r["id"]: (r["old_known"], r["new_known"]) for r in d["regressions"]["known-issue-moved"]}
+    assert moved == {A: ("KI-1", "KI-2"), C: ("(xfail in the suite)", "KI-3")}
+    assert d["by_axis"]["dtype"]["f16"]["regressions"] == 1
+    status, md, _ = run_diff(capsys, old, new)
+    assert "### Regressions, known-issue-moved: 2" in md and "| KI-1 | KI-2 |" in md
+    assert run_diff(capsys, old, new, "--accept", "known-issue-moved")[0] == 0
+
+
+def test_a_changed_known_issue_entry_is_its_own_class(tmp_path, capsys):
+    old_e = [entry("KI-1", "suites/test_load.py::test_load[f16-*]"), entry("KI-2", "x", match="A"),
+             entry("KI-3", "y"), entry("KI-4", "z")]
+    new_e = [entry("KI-1", "suites/test_load.py::test_load[*]"),               # widened
+             entry("KI-2", "x", match="A|B", compute_capability=["9.0"]),    # signature and a condition
+             entry("KI-3", "y", reason="reworded", evidence="other link"),   # text only: not a change
+             entry("KI-5", "w")]                                             # KI-4 removed, KI-5 added
+    old = run_dir(tmp_path / "old", {A: ki_case("KI-1")}, known=old_e)
+    new = run_dir(tmp_path / "new", {A: ki_case("KI-1")}, known=new_e)
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and d["verdict"] == "2 regressions: 2 known-issue-changed"
+    rows = {r["id"]: r for r in d["regressions"]["known-issue-changed"]}
+    assert set(rows) == {"KI-1", "KI-2"}
+    assert rows["KI-1"]["fields"] == ["pattern"] and rows["KI-1"]["new"] == {"pattern": "suites/test_load.py::test_load[*]"}
+    assert rows["KI-2"]["fields"] == ["match", "compute_capability"]
+    assert d["known_issues"] == {"compared": True, "added": ["KI-5"], "removed": ["KI-4"]}
+    assert d["by_axis"] == {}                           # entries are not cases
+    status, md, _ = run_diff(capsys, old, new)
+    assert "pattern: 'suites/test_load.py::test_load[f16-*]' -> 'suites/test_load.py::test_load[*]'" in md
+    assert "2 changed (the class known-issue-changed), 1 added (KI-5), 1 removed (KI-4)." in md
+    assert run_diff(capsys, old, new, "--accept", "known-issue-changed")[0] == 0
+    # JUnit keeps no entries: not compared, said so
+    d = json.loads(run_diff(capsys, old, junit(tmp_path / "n.xml", {A: "known-issue"}), "--format", "json")[1])
+    assert not d["known_issues"]["compared"] and "NEW" in d["known_issues"]["why"]
+
+
+def harness(packages=None, sources="a" * 64, constraints="constraints/cu13.txt") -> dict:
+    return {"packages": packages or {"pytest": "9.0.1", "numpy": "2.3.0", "cuda-core": "0.4.0"},
+            "sources_sha256": sources, "constraints": constraints}
+
+
+def test_harness_drift_and_strict(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed"}, dict(env(), harness=harness()))
+    same = run_dir(tmp_path / "same", {A: "passed"}, dict(env(), harness=harness()))
+    status, md, _ = run_diff(capsys, old, same, "--strict")
+    assert status == 0 and "The same harness" in md
+    drift = run_dir(tmp_path / "drift", {A: "passed"}, dict(env(), harness=harness(
+        {"pytest": "9.1.0", "numpy": "2.3.0", "filelock": "3.20"}, sources="b" * 64,
+        constraints="differs: pytest 9.1.0 (constraints/cu13.txt: 9.0.1)")))
+    status, out, _ = run_diff(capsys, old, drift, "--format", "json")
+    h = json.loads(out)["harness"]
+    assert status == 0 and h["known"] and h["differs"]             # listed; exit 1 only with --strict
+    assert h["packages"] == [{"name": "cuda-core", "old": "0.4.0", "new": None},
+                             {"name": "filelock", "old": None, "new": "3.20"},
+                             {"name": "pytest", "old": "9.0.1", "new": "9.1.0"}]
+    assert h["sources"] == {"old": "a" * 64, "new": "b" * 64}
+    status, md, _ = run_diff(capsys, old, drift, "--strict")
+    assert status == 1
+    assert ("**No regressions; different harnesses: packages cuda-core 0.4.0 -> -, filelock - -> 3.20, pytest "
+            "9.0.1 -> 9.1.0; sources differ (sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb); constraints "
+            "'constraints/cu13.txt' -> 'differs: pytest 9.1.0 (constraints/cu13.txt: 9.0.1)' (--strict)**") in md
+    # only the sources differ
+    src = run_dir(tmp_path / "src", {A: "passed"}, dict(env(), harness=harness(sources="c" * 64)))
+    assert run_diff(capsys, old, src)[0] == 0 and run_diff(capsys, old, src, "--strict")[0] == 1
+    # a folder without the section: the harness is unknown, and --strict fails, saying so
+    bare = run_dir(tmp_path / "bare", {A: "passed"}, env())
+    status, md, _ = run_diff(capsys, old, bare)
+    assert status == 0 and "Harness unknown: no harness section in the environment of NEW." in md
+    status, out, _ = run_diff(capsys, old, bare, "--strict", "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and d["exit_status"] == 1 and d["strict"]
+    assert d["verdict"] == "No regressions; harness unknown: no harness section in the environment of NEW (--strict)"

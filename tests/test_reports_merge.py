@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from reports.__main__ import main
 
 from reports_helpers import env, run_dir, set_meta
@@ -93,7 +95,7 @@ def test_merge_flags_nodes_whose_verdict_is_not_pass(tmp_path, capsys):
     node = {n["node"]: n for n in m["nodes"]}["intr"]
     assert status == 1 and node["failing"] and not node["flagged"]
     assert node["verdict"]["status"] == "INTERRUPTED"
-    assert "**3 nodes: 0 differ from the majority, 1 do not pass (1 INTERRUPTED)**" in md
+    assert "**3 nodes: 0 differ from the fleet, 1 do not pass (1 INTERRUPTED)**" in md
     assert "| intr | **INTERRUPTED** |" in md and "INTERRUPTED: the run was interrupted" in md
 
 
@@ -105,3 +107,140 @@ def test_merge_unwritable_out_exits_2_with_one_line(tmp_path, capsys):
     lines = [x for x in err.splitlines() if "nothing to compare" not in x]
     assert status == 2 and len(lines) == 1 and "cannot write" in lines[0] and str(blocker) in lines[0]
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- coverage, settings, duplicates
+
+TOOLCHAIN = [f"suites/test_toolchain.py::test_kernel_builds[k{i}]" for i in range(3)]
+FULL = {**{cid: "passed" for cid in TOOLCHAIN}, **{f"suites/test_load.py::test_load[c{i}]": "passed"
+                                                   for i in range(40)}, "node::usable-gpus": "passed"}
+CUT = {k: v for k, v in FULL.items() if k in TOOLCHAIN or k.startswith("node::")}
+
+
+def by_node(out: str) -> dict:
+    return {n["node"]: n for n in json.loads(out)["nodes"]}
+
+
+def test_a_node_that_ran_fewer_cases_is_flagged_with_counts_and_examples(tmp_path, capsys):
+    a = run_dir(tmp_path / "a", FULL, env(host="a"))
+    g = run_dir(tmp_path / "g", CUT, env(host="g"))
+    status, out, _ = run_merge(capsys, a, g, "--format", "json")
+    m, nodes = json.loads(out), by_node(out)
+    assert status == 1 and m["exit_status"] == 1
+    assert m["case_reference"] == {"basis": "union", "cases": len(FULL)}     # two nodes: no majority set
+    assert nodes["g"]["flagged"] and nodes["g"]["missing_cases"] == 40 and nodes["g"]["extra_cases"] == 0
+    assert len(nodes["g"]["missing_examples"]) == 10          # a few, sorted; the count says how many
+    assert nodes["g"]["missing_examples"][0] == "suites/test_load.py::test_load[c0]"
+    assert not nodes["a"]["flagged"] and nodes["a"]["missing_cases"] == 0
+    assert m["verdict"] == "2 nodes: 1 differ from the fleet (1 missing cases), 0 do not pass"
+    status, md, _ = run_merge(capsys, a, g)
+    assert "40 case(s) missing" in md and "`suites/test_load.py::test_load[c0]`" in md
+    assert "all alike" not in md
+
+
+def test_the_majority_case_set_flags_the_node_with_extra_cases_and_another_sweep(tmp_path, capsys):
+    nodes = [run_dir(tmp_path / h, CUT, env(host=h)) for h in ("n1", "n2", "n3")]
+    full_env = dict(env(host="big"), sweep="full")
+    big = run_dir(tmp_path / "big", FULL, full_env)
+    status, out, _ = run_merge(capsys, *nodes, big, "--format", "json")
+    m, by = json.loads(out), by_node(out)
+    assert status == 1 and m["case_reference"] == {"basis": "majority", "cases": len(CUT)}
+    assert [n for n in by if by[n]["flagged"]] == ["big"]
+    assert by["big"]["extra_cases"] == 40 and by["big"]["missing_cases"] == 0
+    assert by["big"]["settings_differ"] == {"sweep": "full"}
+    assert "1 extra cases, 1 other settings" in m["verdict"]
+
+
+@pytest.mark.parametrize("field,value,differ", [
+    ("sweep", "full", {"sweep": "full"}),
+    ("arch_option", "sm_90a", {"arch": "sm_90a"}),
+    ("invocation_args", ["-n", "auto", "-m", "not trap", "--report-dir=/r/x"], {"options": "-m not trap"}),
+    ("invocation_args", ["-n", "8", "--report-dir", "/r/y", "--prom-file=/p/y.prom", "-q"], {}),
+])
+def test_nodes_run_at_other_settings_are_flagged(tmp_path, capsys, field, value, differ):
+    envs = [env(host=h) for h in ("n1", "n2", "odd")]
+    if field == "invocation_args":
+        envs[2]["command"] = dict(envs[2]["command"], invocation_args=value)
+    else:
+        envs[2][field] = value
+    runs = [run_dir(tmp_path / e["host"], SAME, e) for e in envs]
+    status, out, _ = run_merge(capsys, *runs, "--format", "json")
+    odd = by_node(out)["odd"]
+    assert odd["settings_differ"] == differ and odd["flagged"] == bool(differ) and status == int(bool(differ))
+    # two nodes, same cases, another sweep: no majority, both flagged; exit 1
+    status, out, _ = run_merge(capsys, runs[0], runs[2], "--format", "json")
+    assert status == int(bool(differ))
+
+
+def test_selection_options():
+    from reports.merge import selection_options
+    assert selection_options(["-n", "auto", "-k", "tiled and f16", "--report-dir", "/x", "-x"]) == \
+        "-k tiled and f16 -x"
+    assert selection_options(["-mnot trap", "--deselect=a::b", "--junitxml=/j.xml"]) == "--deselect=a::b -m not trap"
+    assert selection_options([]) == ""
+
+
+def test_the_same_folder_or_run_twice_is_refused(tmp_path, capsys):
+    n1 = run_dir(tmp_path / "n1", SAME, env(host="n1"))
+    n2 = run_dir(tmp_path / "n2", SAME, env(host="n2"))
+    for args in ([n1, n2, n1], [n1, f"{n1}/", n2], [n1, n1 / "results.json"], [n1, tmp_path / "x" / ".." / "n1"]):
+        status, out, err = run_merge(capsys, *args)
+        assert status == 2 and out == "" and len(err.splitlines()) == 1, args
+        assert err.startswith("python -m reports merge: the same run folder given twice") and "Traceback" not in err
+    copy = run_dir(tmp_path / "copy", SAME, env(host="n1"))
+    set_meta(copy, run_id="n1")                   # a copied folder: another path, the same run id
+    status, _, err = run_merge(capsys, n1, n2, copy)
+    assert status == 2 and err.strip() == (f"python -m reports merge: the same run given twice: {n1} and {copy} "
+                                           "have run id n1")
+
+
+def test_expect_nodes(tmp_path, capsys):
+    n1 = run_dir(tmp_path / "n1", SAME, env(host="n1"))
+    n2 = run_dir(tmp_path / "n2", SAME, env(host="n2"))
+    status, out, err = run_merge(capsys, n1, n2, "--expect-nodes", "3", "--format", "json")
+    m = json.loads(out)
+    assert status == 1 and m["exit_status"] == 1 and m["expect_nodes"] == 3
+    assert m["verdict"] == "2 of 3 expected nodes came; 2 nodes: 0 differ from the fleet, 0 do not pass"
+    assert "2 node(s) came, --expect-nodes 3" in err
+    assert run_merge(capsys, n1, n2, "--expect-nodes", "2")[0] == 0
+    status, md, _ = run_merge(capsys, n1, n2, "--expect-nodes=1")
+    assert status == 0 and "2 nodes, more than the 1 expected; 2 nodes, all alike and passing" in md
+    assert run_merge(capsys, n1, "--expect-nodes", "2")[0] == 1
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit) as e:
+            main(["merge", str(n1), "--expect-nodes", bad])
+        assert e.value.code == 2
+
+
+def test_a_verdict_this_tool_does_not_know_does_not_pass(tmp_path, capsys):
+    n1 = run_dir(tmp_path / "n1", SAME, env(host="n1"))
+    n2 = run_dir(tmp_path / "n2", SAME, env(host="n2"))
+    lost = set_meta(run_dir(tmp_path / "lost", SAME, env(host="lost")), exitstatus=6,
+                    verdict="GPU LOST: GPU 0 fell off the bus (Xid 79) after 12 cases")
+    status, out, _ = run_merge(capsys, n1, n2, lost, "--format", "json")
+    node = by_node(out)["lost"]
+    assert status == 1 and node["failing"] and node["verdict"]["status"] == "GPU LOST"
+    assert "1 do not pass (1 GPU LOST)" in json.loads(out)["verdict"]
+    # no recorded verdict, but pytest exited 6: never PASS
+    code6 = set_meta(run_dir(tmp_path / "code6", SAME, env(host="code6")), exitstatus=6)
+    status, out, _ = run_merge(capsys, n1, n2, code6, "--format", "json")
+    assert status == 1 and by_node(out)["code6"]["verdict"]["status"] == "EXIT 6"
+    # a recorded PASS agrees: passes
+    ok = set_meta(run_dir(tmp_path / "ok", SAME, env(host="ok")), verdict="PASS: 2 passed (1 known issues)")
+    assert run_merge(capsys, n1, n2, ok)[0] == 0
+
+
+def test_the_fleet_summary_per_node(tmp_path, capsys):
+    n1 = set_meta(run_dir(tmp_path / "n1", SAME, env(host="n1", kmv="580.95.05", gpu="NVIDIA H100")),
+                  duration_s=321.4)
+    n2 = run_dir(tmp_path / "n2", {**SAME, B: "failed"}, env(host="n2"))
+    status, md, _ = run_merge(capsys, n1, n2)
+    header = next(line for line in md.splitlines() if line.startswith("| node |"))
+    assert header.startswith("| node | verdict | cases | duration | driver |") and "| GPU |" in header
+    row = next(line for line in md.splitlines() if line.startswith("| n1 |"))
+    assert "| PASS | 2P 1K | 321 s | **580.95.05** |" in row and "**1 x NVIDIA H100**" in row
+    row = next(line for line in md.splitlines() if line.startswith("| n2 |"))
+    assert "| **FAIL** | 1P 1F 1K | - |" in row
+    node = by_node(run_merge(capsys, n1, n2, "--format", "json")[1])["n1"]
+    assert node["duration_s"] == 321.4 and node["counts"]["passed"] == 2 and node["cases"] == 3
+    assert node["versions"]["driver"] == "580.95.05" and node["versions"]["GPU"] == "1 x NVIDIA H100"
