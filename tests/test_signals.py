@@ -157,3 +157,34 @@ def test_a_second_signal_ends_the_run_at_once(tmp_path):
         assert meta["verdict"].startswith("INTERRUPTED: received SIGTERM"), meta["verdict"]
     assert not list(out.glob(".*.tmp")), list(out.iterdir())
     assert not _no_process_left(pids), "a worker or the isolated child outlived the run"
+
+
+def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
+    """A run started with SIGHUP ignored (``nohup``) outlives its terminal: the controller
+    keeps SIGHUP ignored, and the run completes."""
+    root = make_tree(tmp_path / "t", f'''
+        import time, pytest
+        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(20)])
+        def test_case(case):
+            if case == "c3":
+                open({str(tmp_path / "started")!r}, "w").close()
+                time.sleep(1)
+    ''')
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)       # what nohup does
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    finally:
+        signal.signal(signal.SIGHUP, saved)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGHUP)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, text[-3000:]
+    meta = json.loads((out / "results.json").read_text())
+    assert meta["end"] == {"kind": "completed"} and meta["not_reported"] == 0, meta["end"]
