@@ -31,7 +31,19 @@ from fixtures.cuda_layer import cuda_env, placement
 import fixtures.plugins.harness as harness
 
 STATE = cuda_env.DriverState(True, "", 13000, (cuda_env.DeviceInfo(0, "NVIDIA H100", (9, 0)),))
-cuda_env.probe = lambda: STATE
+GONE = cuda_env.DriverState(False, "CUDA driver 13000 sees no GPU", 13000)
+
+
+def probe():
+    """A worker started after the loss sees no GPU at all (FAKE_GPU_GONE_AFTER: the report
+    folder whose gpu_lost.json says so)."""
+    folder = os.environ.get("FAKE_GPU_GONE_AFTER")
+    if folder and os.environ.get("PYTEST_XDIST_WORKER") and os.path.exists(os.path.join(folder, "gpu_lost.json")):
+        return GONE
+    return STATE
+
+
+cuda_env.probe = probe
 harness.PRECOMPILE = ()                 # no kernel builds on this CPU machine
 
 
@@ -182,3 +194,35 @@ def test_no_gpu_from_the_start_is_never_a_lost_gpu(tmp_path):
     meta = results(out)
     assert meta["gpu_lost"] is None and meta["verdict"].startswith("NOT MEASURED"), meta["verdict"]
     assert not (out / "gpu_lost.json").exists()
+
+
+@CPU_ONLY
+def test_a_worker_started_after_the_loss_skips_its_gpu_cases_as_lost(tmp_path):
+    """A replacement worker (its predecessor died after the loss) sees no GPU at all from
+    its start: its GPU cases are "not run: GPU lost", not "no GPU"."""
+    root = make_tree(tmp_path / "t", '''
+        import os, pytest
+        from fixtures.cuda_layer.isolation import run_isolated
+
+        def test_a_gpu_falls_over(gpu):
+            assert run_isolated("fixtures.cuda_layer.isolation:nothing", device=gpu.ordinal).kind == "returned"
+
+        def test_b_worker_dies():
+            os._exit(3)
+
+        @pytest.mark.parametrize("i", range(5))
+        def test_c_gpu_after(gpu, i):
+            pass
+    ''')
+    (root / "fakegpu.py").write_text(FAKE_GPU)
+    out = tmp_path / "out"
+    cp = pytest_run(root, "-p", "fakegpu", f"--report-dir={out}", "-n", "1",
+                    env={"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPU_GONE_AFTER": str(out)})
+    assert cp.returncode == model.EXIT_GPU_LOST, (cp.stdout + cp.stderr)[-4000:]
+    meta = results(out)
+    cases = {c["id"]: c for c in meta["cases"]}
+    assert meta["gpu_lost"]["case"] == "test_tiny.py::test_a_gpu_falls_over"
+    after = [c for i, c in cases.items() if "test_c_gpu_after" in i]
+    assert len(after) == 5 and {c["skip_kind"] for c in after} == {"gpu-lost"}, after
+    assert {c["worker"] for c in after} != {meta["gpu_lost"]["worker"]}, "not a replacement worker"
+    assert meta["verdict"].startswith("GPU LOST: ") and "; 5 GPU case(s) not run" in meta["verdict"]
