@@ -245,7 +245,11 @@ def gpu_lost_verdict(run: "Run", tally: str) -> Verdict | None:
     skipped = [r for r in run.cases.values() if r.state == SKIPPED and r.skip_kind == "gpu-lost"]
     if not lost and not skipped:
         return None
-    case = lost.get("case") or (skipped[0].id if skipped else "?")
+    during = [r.id for r in skipped if r.message.startswith("GPU lost during this case")]
+    case = lost.get("case") or (during[0] if during else None)
+    if case is None:
+        m = re.search(r"GPU lost at \S+ during (\S+)", skipped[0].message)
+        case = m.group(1) if m else "?"
     not_run = sum(1 for r in skipped if r.id != case)
     where = f"at {lost['at']} during {case}" if lost.get("at") else f"during {case}"
     why = f" ({lost['why']})" if lost.get("why") else ""

@@ -188,3 +188,21 @@ def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
     assert proc.returncode == 0, text[-3000:]
     meta = json.loads((out / "results.json").read_text())
     assert meta["end"] == {"kind": "completed"} and meta["not_reported"] == 0, meta["end"]
+
+
+def test_a_workers_children_get_the_default_signal_handling(tmp_path):
+    """A worker leaves SIGTERM/SIGHUP to its controller with a handler, not SIG_IGN, which
+    its children would inherit: a nested pytest run (these self-tests under -n) or a tool
+    a case starts must still end on SIGTERM."""
+    from nested_run import pytest_run
+    root = make_tree(tmp_path / "t", '''
+        import signal, subprocess, sys
+
+        def test_child_signals():
+            code = "import signal; print(*(signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGHUP)))"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()
+            assert out == ["True", "True"], out
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    ''')
+    cp = pytest_run(root, "-n", "1", f"--report-dir={tmp_path / 'out'}")
+    assert cp.returncode == 0, cp.stdout[-3000:]
