@@ -7,7 +7,7 @@ A case is one pytest node id. Its *state* is exactly one of ``STATES``:
                          a strict known issue that passed: "XPASS(strict)")
 - ``known-issue``       (an xfail, strict, or a known-issue entry in skip mode)
 - ``skipped``           (with a reason and a ``skip_kind``: ``no-gpu``,
-                         ``needs-2-gpus``, ``arch-lacks-feature``, ``other``)
+                         ``needs-2-gpus``, ``arch-lacks-feature``, ``gpu-lost``, ``other``)
 - ``could-not-build``   (a ``BuildError`` raised while preparing or running it)
 
 A run is read either from ``results.json`` (written by ``fixtures.plugins.reporting``;
@@ -40,8 +40,10 @@ NOBUILD_PREFIX = "could-not-build: "
 KNOWN_PREFIX = "known-issue "
 XPASS_STRICT = "[XPASS(strict)]"
 
-SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "other")
+SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "gpu-lost", "other")
 _SKIP_PATTERNS = [
+    # first: its reason quotes the probe ("a fresh process sees no GPU 0: ...")
+    ("gpu-lost", re.compile(r"\bGPU lost\b")),
     ("needs-2-gpus", re.compile(r"needs? (?:at least )?(?:2|two) GPUs|multi[- ]GPU", re.I)),
     ("no-gpu", re.compile(r"no (?:CUDA )?(?:GPU|driver|device)|libcuda|CUDA_ERROR_NO_DEVICE|"
                           r"no CUDA-capable|driver (?:not|is not) (?:found|available|loadable)", re.I)),
@@ -174,15 +176,17 @@ class Verdict:
 
 
 VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPLETE",
-            "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED")
+            "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED", "GPU LOST")
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
+EXIT_GPU_LOST = 6                           # ours: the GPU stopped answering mid-run
 NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugins.harness.node_check), not conformance cases
 
 
 def run_verdict(run: "Run") -> Verdict:
     """The one verdict of a run, worst first: an interrupted, timed-out, incomplete or
-    crashed run is never PASS; a run in which no GPU case could run (no usable GPU) is
-    NOT MEASURED, never PASS; failures and could-not-build make it FAIL."""
+    crashed run is never PASS; a run whose GPU stopped answering mid-run is GPU LOST
+    (worse than FAIL); a run in which no GPU case could run (no usable GPU) is NOT
+    MEASURED, never PASS; failures and could-not-build make it FAIL."""
     c = run.counts()
     total = sum(c.values())
     bad = c[FAILED] + c[NOBUILD]
@@ -203,6 +207,9 @@ def run_verdict(run: "Run") -> Verdict:
         return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
     if status == EXIT_INTERNAL:
         return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")
+    lost = gpu_lost_verdict(run, tally)
+    if lost is not None:
+        return lost
     if conformance == 0:
         return Verdict("NO CASES RAN", "NO CASES RAN" + (f" ({tally})" if total else ""), "bad")
     if missing:
@@ -227,6 +234,27 @@ def run_verdict(run: "Run") -> Verdict:
         return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")
     return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else ""),
                    "ok")
+
+
+def gpu_lost_verdict(run: "Run", tally: str) -> Verdict | None:
+    """GPU LOST: a GPU that was usable stopped answering mid-run (a fresh process could not
+    see it: ``results.json``'s ``gpu_lost``, written by fixtures.plugins.harness); the GPU
+    cases after it were not run (skip kind ``gpu-lost``). From a JUnit file alone, the
+    skip kind says it."""
+    lost = (run.meta or {}).get("gpu_lost") or {}
+    skipped = [r for r in run.cases.values() if r.state == SKIPPED and r.skip_kind == "gpu-lost"]
+    if not lost and not skipped:
+        return None
+    during = [r.id for r in skipped if r.message.startswith("GPU lost during this case")]
+    case = lost.get("case") or (during[0] if during else None)
+    if case is None:
+        m = re.search(r"GPU lost at \S+ during (\S+)", skipped[0].message)
+        case = m.group(1) if m else "?"
+    not_run = sum(1 for r in skipped if r.id != case)
+    where = f"at {lost['at']} during {case}" if lost.get("at") else f"during {case}"
+    why = f" ({lost['why']})" if lost.get("why") else ""
+    return Verdict("GPU LOST", f"GPU LOST: the GPU stopped answering {where}{why}; {not_run} GPU "
+                   f"case(s) not run ({tally})", "bad")
 
 
 def worse(a: CaseResult | None, b: CaseResult) -> CaseResult:

@@ -272,3 +272,42 @@ def test_a_case_result_as_json_is_its_fields():
     js = full.to_json()
     assert js["known_issue"] is not full.known_issue and js["suite"] == "x"
     assert set(bare.to_json()) == {"id", "state", "duration", "suite"}
+
+
+def _run_of(cases, **meta):
+    from reports.model import CaseResult, Run
+    run = Run(source="x", cases={c.id: c for c in cases})
+    run.meta = dict({"exitstatus": 1, "not_reported": 0, "gpu": {"usable": 1}}, **meta)
+    return run
+
+
+LOST = {"at": "2026-11-25T03:15:00+00:00", "case": "suites/test_a.py::test_b[c2]", "worker": "gw3",
+        "why": "a fresh process sees no GPU 0: CUDA driver 13000 sees no GPU"}
+
+
+def test_gpu_lost_is_worse_than_fail_and_below_interrupted():
+    """GPU LOST: worse than FAIL (a failure before the loss does not hide it), below an
+    interrupted or timed-out run; read back from a JUnit file alone (no results.json
+    meta), the skip kind gpu-lost says it; NOT MEASURED (no GPU from the start) stays."""
+    from reports.model import CaseResult, classify_skip, run_verdict
+    reason = f"not run: GPU lost at {LOST['at']} during {LOST['case']}"
+    assert classify_skip(reason) == "gpu-lost"
+    assert classify_skip("GPU lost during this case at x: a fresh process sees no GPU 0: y") == "gpu-lost"
+    cases = [CaseResult("suites/test_a.py::test_b[c1]", "passed"),
+             CaseResult("suites/test_a.py::test_b[c0]", "failed", "[rule r] [case c0] no"),
+             CaseResult(LOST["case"], "skipped", "GPU lost during this case", skip_kind="gpu-lost"),
+             CaseResult("suites/test_a.py::test_b[c3]", "skipped", reason, skip_kind="gpu-lost"),
+             CaseResult("suites/test_a.py::test_b[c4]", "skipped", reason, skip_kind="gpu-lost")]
+    v = run_verdict(_run_of(cases, gpu_lost=LOST))
+    assert v.status == "GPU LOST" and not v.passed and v.css == "bad"
+    assert v.text.startswith(f"GPU LOST: the GPU stopped answering at {LOST['at']} during {LOST['case']} "
+                             f"({LOST['why']}); 2 GPU case(s) not run ("), v.text
+    assert run_verdict(_run_of(cases)).text.startswith(f"GPU LOST: the GPU stopped answering during {LOST['case']}; 2 ")
+    interrupted = run_verdict(_run_of(cases, gpu_lost=LOST, exitstatus=2,
+                                      end={"kind": "interrupted", "why": "received SIGTERM"}))
+    assert interrupted.status == "INTERRUPTED" and "received SIGTERM" in interrupted.text
+    timed = run_verdict(_run_of(cases, gpu_lost=LOST, exitstatus=2, end={"kind": "timed-out", "why": "t"}))
+    assert timed.status == "TIMED OUT"
+    assert run_verdict(_run_of(cases[:2])).status == "FAIL"
+    no_gpu = [CaseResult("suites/test_a.py::test_b[c1]", "skipped", "no GPU: no driver", skip_kind="no-gpu")]
+    assert run_verdict(_run_of(no_gpu, exitstatus=0, gpu={"usable": 0})).status == "NOT MEASURED"

@@ -1,0 +1,208 @@
+"""SIGTERM and SIGHUP end a run as Ctrl-C does, seen as a user sees it: a real ``pytest -n 2``
+run on a small generated tree, signalled mid-run (CPU only).
+
+Sent to the controller, or to the whole process group (Slurm's scancel or time limit,
+``kill -TERM -PGID``, a pod deletion): exit status 2, verdict INTERRUPTED naming the
+signal, the report files written with every case that finished (the rest "never
+reported"), no case failed by the signal, and no worker or isolated child left behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from nested_run import REPO, make_tree
+
+TREE = '''
+    import os, time, pytest
+    from fixtures.cuda_layer.isolation import run_isolated
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+    def mark():
+        open(os.path.join(HERE, "pids", str(os.getpid())), "w").close()
+
+    @pytest.mark.parametrize("case", [f"c{i}" for i in range(60)])
+    def test_quick(case):
+        mark()
+        time.sleep(0.01)
+
+    def test_in_the_isolated_child():
+        mark()
+        out = run_isolated("targets:hang", os.path.join(HERE, "child.pid"), device=None, timeout=600)
+        assert out.kind == "returned", out     # the signal must not make this a failure
+
+    @pytest.mark.parametrize("case", [f"d{i}" for i in range(300)])
+    def test_slow(case):
+        mark()
+        time.sleep(0.05)
+'''
+
+TARGETS = '''
+import os, time
+
+def hang(pidfile):
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pidfile + ".tmp", pidfile)
+    time.sleep(600)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:       # a zombie not reaped yet is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def signalled_run(tmp_path: Path, sig: int, whole_group: bool, again: bool = False):
+    """Start ``pytest -n 2`` in its own session, wait until the isolated child is up and
+    some cases finished, send ``sig`` (to the controller or the group); returns
+    (exit status, output, report folder, seconds from the signal to the exit, pids)."""
+    root = make_tree(tmp_path / "t", TREE)
+    (root / "targets.py").write_text(TARGETS)
+    (root / "pids").mkdir()
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
+        env.pop(k, None)
+    log = (tmp_path / "log").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"],
+                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (root / "child.pid").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert (root / "child.pid").exists(), "the isolated child never started"
+        time.sleep(0.5)                         # a few more cases finish
+        t0 = time.monotonic()
+        for _ in range(2 if again else 1):
+            if whole_group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+            time.sleep(0.05)
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.seek(0)
+    pids = [int(p.name) for p in (root / "pids").iterdir()] + [int((root / "child.pid").read_text())]
+    return rc, log.read(), out, took, pids
+
+
+def _no_process_left(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("sig,whole_group", [
+    (signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGHUP, True)],
+    ids=["SIGTERM-controller", "SIGTERM-group", "SIGHUP-group"])
+def test_a_signal_ends_the_run_as_ctrl_c_does(tmp_path, sig, whole_group):
+    rc, text, out, took, pids = signalled_run(tmp_path, sig, whole_group)
+    name = signal.Signals(sig).name
+    assert rc == 2, text[-4000:]
+    assert took < 15, f"the run took {took:.1f} s to stop"     # Slurm kills after 30 s
+    meta = json.loads((out / "results.json").read_text())
+    assert meta["end"] == {"kind": "interrupted", "why": f"received {name}"}, meta["end"]
+    assert meta["verdict"].startswith(f"INTERRUPTED: received {name}"), meta["verdict"]
+    assert meta["exitstatus"] == 2 and meta["not_reported"] > 0, meta
+    cases = {c["id"]: c for c in meta["cases"]}
+    assert not [c for c in cases.values() if c["state"] == "failed"], \
+        [c for c in cases.values() if c["state"] == "failed"]
+    passed = {i for i, c in cases.items() if c["state"] == "passed"}
+    assert passed, "no finished case in results.json"
+    assert "test_tiny.py::test_in_the_isolated_child" in meta["not_reported_ids"]
+    junit = ET.parse(out / "junit.xml").getroot()
+    rows = {f"{tc.get('classname')}::{tc.get('name')}": tc for tc in junit.iter("testcase")}
+    assert len([r for r in rows.values() if not len(r)]) == len(passed), "junit.xml and results.json disagree"
+    assert not [r for r in rows.values() if r.find("failure") is not None or r.find("error") is not None]
+    for name_ in ("environment.json", "matrix.md", "matrix.html"):
+        assert (out / name_).is_file(), name_
+    assert f"verdict: INTERRUPTED: received {name}" in text
+    assert "cannot send" not in text and "worker gw" not in text, text[-4000:]
+    assert not _no_process_left(pids), "a worker or the isolated child outlived the run"
+
+
+def test_a_second_signal_ends_the_run_at_once(tmp_path):
+    """Two SIGTERMs: the run ends at once, exit status 2, and what the report folder holds
+    is whole (the writes are atomic); no worker or isolated child is left."""
+    rc, text, out, took, pids = signalled_run(tmp_path, signal.SIGTERM, True, again=True)
+    assert rc == 2, text[-4000:]
+    assert took < 15
+    if (out / "results.json").exists():
+        meta = json.loads((out / "results.json").read_text())
+        assert meta["verdict"].startswith("INTERRUPTED: received SIGTERM"), meta["verdict"]
+    assert not list(out.glob(".*.tmp")), list(out.iterdir())
+    assert not _no_process_left(pids), "a worker or the isolated child outlived the run"
+
+
+def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
+    """A run started with SIGHUP ignored (``nohup``) outlives its terminal: the controller
+    keeps SIGHUP ignored, and the run completes."""
+    root = make_tree(tmp_path / "t", f'''
+        import time, pytest
+        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(20)])
+        def test_case(case):
+            if case == "c3":
+                open({str(tmp_path / "started")!r}, "w").close()
+                time.sleep(1)
+    ''')
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)       # what nohup does
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    finally:
+        signal.signal(signal.SIGHUP, saved)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGHUP)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, text[-3000:]
+    meta = json.loads((out / "results.json").read_text())
+    assert meta["end"] == {"kind": "completed"} and meta["not_reported"] == 0, meta["end"]
+
+
+def test_a_workers_children_get_the_default_signal_handling(tmp_path):
+    """A worker leaves SIGTERM/SIGHUP to its controller with a handler, not SIG_IGN, which
+    its children would inherit: a nested pytest run (these self-tests under -n) or a tool
+    a case starts must still end on SIGTERM."""
+    from nested_run import pytest_run
+    root = make_tree(tmp_path / "t", '''
+        import signal, subprocess, sys
+
+        def test_child_signals():
+            code = "import signal; print(*(signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGHUP)))"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()
+            assert out == ["True", "True"], out
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    ''')
+    cp = pytest_run(root, "-n", "1", f"--report-dir={tmp_path / 'out'}")
+    assert cp.returncode == 0, cp.stdout[-3000:]
