@@ -156,21 +156,34 @@ def test_the_registry_has_every_suite_rule():
         assert r.id and r.document and (r.quote or r.document.startswith(("measured", "fixtures/"))), r
 
 
+def _readme_section(title: str) -> str:
+    """The text of README.md's section (## or ###) of that title, up to the next heading."""
+    m = re.search(rf"^#{{2,3}} {re.escape(title)}\n(.*?)(?=^#{{1,3}} |\Z)", (ROOT / "README.md").read_text(),
+                  flags=re.M | re.S)
+    assert m, f"README.md has no section '{title}', which a rule cites"
+    return m.group(1)
+
+
 @pytest.mark.parametrize("rule_id", sorted(_registry()))
 def test_registered_rule_quotes_its_document(rule_id):
-    """A rule from a seed document quotes it verbatim (its parts around "..." in order)."""
+    """A rule from a seed document, or from this README (the harness's own rules), quotes
+    it verbatim (its parts around "..." in order)."""
     r = _registry()[rule_id]
     import fixtures.host_encode as he
     if rule_id in he.RULES_BY_ID:
         pytest.skip("the host-encoding catalogue's sentences are checked by tests/test_rules.py")
+    readme = re.match(r"this suite's README\.md, '([^']+)'", r.document)
     m = re.match(r"seed (\d{3})", r.document)
-    if not m:
+    if readme:
+        text, m_name = _normalize(_readme_section(readme.group(1))), f"README.md, '{readme.group(1)}'"
+    elif m:
+        text, m_name = _normalize(seed(m.group(1))), f"seed {m.group(1)}"
+    else:
         pytest.skip(f"{rule_id}: from {r.document}, not a seed document")
-    text = _normalize(seed(m.group(1)))
     at = 0
     for part in [p.strip() for p in _normalize(r.quote).split("...") if p.strip()]:
         i = text.find(part, at)
-        assert i >= 0, f"{rule_id}: {part!r} is not in seed {m.group(1)} (after offset {at})"
+        assert i >= 0, f"{rule_id}: {part!r} is not in {m_name} (after offset {at})"
         at = i + len(part)
 
 
