@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,14 +24,48 @@ def make_tree(root: Path, tests: str, known: str | None = None, name: str = "tes
     return root
 
 
-def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = None
-               ) -> subprocess.CompletedProcess:
+def started_tree(root: Path, started: Path, cases: int, sleep_s: float) -> Path:
+    """A tree of ``cases`` cases; the fourth (``c3``) touches ``started``, then sleeps."""
+    return make_tree(root, f'''
+        import time, pytest
+        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range({cases})])
+        def test_case(case):
+            if case == "c3":
+                open({str(started)!r}, "w").close()
+                time.sleep({sleep_s})
+    ''')
+
+
+def child_env(env: dict | None = None) -> dict:
+    """The environment of a nested run: the repository on the path, none of the outer
+    run's xdist, addopts or GPU requirement."""
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
         e.pop(k, None)
     e.update(env or {})
+    return e
+
+
+def pytest_start(root: Path, *args: str, **popen) -> subprocess.Popen:
+    """A nested run started in the background (its own output unless ``stdout`` is given)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.STDOUT)
+    popen.setdefault("text", popen["stdout"] == subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root, env=child_env(), **popen)
+
+
+def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = None) -> bool:
+    """Wait until ``path`` exists (or ``proc`` ended, or ``timeout`` passed)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        time.sleep(0.05)
+    return path.exists()
+
+
+def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e,
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=child_env(env),
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""

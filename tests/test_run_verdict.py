@@ -6,8 +6,6 @@ A worker killed mid-run, a stuck run (--run-timeout), an interrupted run, no GPU
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 from fixtures.cuda_layer import cuda_env
 from fixtures.cuda_layer.batching import bucket
 
-from nested_run import make_tree, pytest_run, results, states
+from nested_run import make_tree, pytest_run, pytest_start, results, started_tree, states, wait_for
 
 NODE = "node::usable-gpus"
 USABLE = len(cuda_env.probe().tma_devices) if cuda_env.probe().available else 0
@@ -145,22 +143,10 @@ def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
 
 
 def test_an_interrupted_run_says_interrupted(tmp_path):
-    root = make_tree(tmp_path / "t", f'''
-        import time, pytest
-        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(10)])
-        def test_case(case):
-            if case == "c3":
-                open({str(tmp_path / "started")!r}, "w").close()
-                time.sleep(600)
-    ''')
+    root = started_tree(tmp_path / "t", tmp_path / "started", cases=10, sleep_s=600)
     out = tmp_path / "out"
-    import os
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc = pytest_start(root, "-n", "2", f"--report-dir={out}")
+    wait_for(tmp_path / "started", 60)
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, text[-3000:]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nested_run import REPO, make_tree
+from nested_run import make_tree, pytest_start, started_tree, wait_for
 
 TREE = '''
     import os, time, pytest
@@ -76,18 +76,10 @@ def signalled_run(tmp_path: Path, sig: int, whole_group: bool, again: bool = Fal
     (root / "targets.py").write_text(TARGETS)
     (root / "pids").mkdir()
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
-        env.pop(k, None)
     log = (tmp_path / "log").open("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"],
-                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = pytest_start(root, "-n", "2", f"--report-dir={out}", stdout=log, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (root / "child.pid").exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert (root / "child.pid").exists(), "the isolated child never started"
+        assert wait_for(root / "child.pid", 120, proc), "the isolated child never started"
         time.sleep(0.5)                         # a few more cases finish
         t0 = time.monotonic()
         for _ in range(2 if again else 1):
@@ -162,27 +154,14 @@ def test_a_second_signal_ends_the_run_at_once(tmp_path):
 def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
     """A run started with SIGHUP ignored (``nohup``) outlives its terminal: the controller
     keeps SIGHUP ignored, and the run completes."""
-    root = make_tree(tmp_path / "t", f'''
-        import time, pytest
-        @pytest.mark.parametrize("case", [f"c{{i}}" for i in range(20)])
-        def test_case(case):
-            if case == "c3":
-                open({str(tmp_path / "started")!r}, "w").close()
-                time.sleep(1)
-    ''')
+    root = started_tree(tmp_path / "t", tmp_path / "started", cases=20, sleep_s=1)
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    env.pop("PYTEST_ADDOPTS", None)
     saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)       # what nohup does
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", f"--report-dir={out}"], cwd=root,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = pytest_start(root, "-n", "2", f"--report-dir={out}", start_new_session=True)
     finally:
         signal.signal(signal.SIGHUP, saved)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(tmp_path / "started", 60)
     os.killpg(proc.pid, signal.SIGHUP)
     text, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, text[-3000:]
