@@ -291,7 +291,7 @@ def test_read_entry_verifies_size_and_digest(tmp_path):
     data, hit = build.cached(tmp_path, "x", "x", lambda: b"\x7fELF" + b"\0" * 60)
     assert not hit and build.read_entry(tmp_path, "x")[0] == data
     (tmp_path / "x.cubin").write_bytes(data[:-1] + b"\1")
-    assert build.read_entry(tmp_path, "x") == (None, None, "cubin's sha256 differs from its metadata's")
+    assert build.read_entry(tmp_path, "x") == (None, None, ("corrupt", "cubin's sha256 differs from its metadata's"))
     assert build.cached(tmp_path, "x", "x", lambda: data) == (data, False)
 
 
