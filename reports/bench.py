@@ -172,17 +172,6 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _writable(out: Path) -> str | None:
-    """None when bench.json and bench.md can be written into ``out`` (created), else why."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".bench-", delete=True):
-            pass
-    except OSError as e:
-        return f"cannot write into {out}: {e.strerror or e}"
-    return None
-
-
 def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--sweeps", default="smoke,standard,full")
@@ -198,10 +187,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     workers = [w for w in a.workers.split(",") if w]
     if any(w != "auto" and not w.isdigit() for w in workers):
         p.error(f"--workers takes numbers or 'auto': {a.workers}")
-    out = Path(a.out)
-    why = _writable(out)                      # before the minutes of runs, not after
-    if why:
-        print(f"{prog}: {why}", file=sys.stderr)
+    from fixtures.cuda_layer.paths import writable_folder
+    try:
+        out = writable_folder(a.out)          # before the minutes of runs, not after
+    except ValueError as e:
+        print(f"{prog}: cannot write into --out: {e}", file=sys.stderr)
         return 2
     result = run(sweeps, workers, a.suites, a.arch)
     text = table(result)
