@@ -17,7 +17,7 @@ How it is checked (fixtures/device_encode/, kernels/device_encode.cu):
   bits are classified and reported by word (test_differing_bits_are_explained);
 * every loadable device map is used for TMA loads next to the host map
   (``device_map_load``): the tiles must be identical, and equal the NumPy model
-  (fixtures/tma_load/model.py);
+  (fixtures/tma_box/tiled.py);
 * raw PTX and cuda::ptx agree, shared and global-in-place agree, device
   global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
   builds give the same maps, the global_stride operand is in bytes
@@ -30,27 +30,23 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
-from fixtures.cuda_layer import build, cuda_env
 from fixtures import device_encode as de
+from fixtures import engine
+from fixtures.cuda_layer import build, cuda_env, placement
+from fixtures.cuda_layer import status as st
+from fixtures.cuda_layer.batching import selected_ids
+from fixtures.cuda_layer.launch import CudaError, Module
+from fixtures.engine.device_maps import KERNEL_SOURCE
+from fixtures.plugins.reporting import write_artifact
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap import sweep
-from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.batching import LazyBatches, bucket, selected_ids
-from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap.encode import encode_tiled, replace_address
 from fixtures.tensormap.registry import check, fail, fail_all
 
-# Words FINDINGS.md saw differ between device and host maps on the H200:
-# "template = a host map with a different box / dtype: word 8 differs; template =
-# 128 zero bytes: words 8 and 9 differ".
-FINDINGS_WORDS = (8, 9)
-STRIDE_BUG = ("triton-lang/triton#5408: \"a ptxas bug read the tensormap.replace "
-              "global_stride operand in 16-byte units instead of bytes\"; seed 004: "
-              "\"globalStrides array, which specifies tensor stride ... in bytes\"")
+FINDINGS_WORDS = de.FINDINGS_WORDS
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,18 +61,16 @@ def _collect_sm(config) -> int:
         return int("".join(ch for ch in arch[3:] if ch.isdigit()))
     state = cuda_env.probe()
     if state.available and state.tma_devices:
-        from fixtures.cuda_layer import placement
         cc = placement.home_device(state).cc
         return cc[0] * 10 + cc[1]
     return 90
 
 
-def _param(c, sm):
-    if c.min_sm > sm:
-        return pytest.param(c, id=c.id, marks=pytest.mark.skip(
-            reason=f"needs sm_{c.min_sm}a (seed 003: .swizzle_atomicity and .elemtype 13..15 are "
-                   f"sm_100a features); this GPU is sm_{sm}. The sm_100a build is checked by "
-                   f"test_builds_for_sm100a"))
+def _param(c):
+    if c.min_sm > 90:
+        return pytest.param(c, id=c.id, marks=pytest.mark.requires_sm(c.min_sm, why=(
+            f"seed 003: .swizzle_atomicity and .elemtype 13..15 are sm_{c.min_sm}a features; "
+            f"the sm_100a build is checked by test_builds_for_sm100a")))
     return pytest.param(c, id=c.id)
 
 
@@ -88,18 +82,18 @@ def pytest_generate_tests(metafunc):
     sm = _collect_sm(metafunc.config)
     fields, wholes, tf32s = _cases(level, sm)
     if "tf32_case" in metafunc.fixturenames:
-        metafunc.parametrize("tf32_case", [_param(c, sm) for c in tf32s])
+        metafunc.parametrize("tf32_case", [_param(c) for c in tf32s])
     if "field_case" in metafunc.fixturenames:
-        metafunc.parametrize("field_case", [_param(c, sm) for c in fields])
+        metafunc.parametrize("field_case", [_param(c) for c in fields])
     if "whole_case" in metafunc.fixturenames:
-        metafunc.parametrize("whole_case", [_param(c, sm) for c in wholes])
+        metafunc.parametrize("whole_case", [_param(c) for c in wholes])
     if "address_case" in metafunc.fixturenames:
         cs = [c for c in fields if c.key == "global_address" and c.template is not None]
-        metafunc.parametrize("address_case", [_param(c, sm) for c in cs])
+        metafunc.parametrize("address_case", [_param(c) for c in cs])
     if "stride_case" in metafunc.fixturenames:
         cs = [c for c in fields if c.key.startswith("global_stride") and c.template is not None
               and c.space == "shared"]
-        metafunc.parametrize("stride_case", [_param(c, sm) for c in cs])
+        metafunc.parametrize("stride_case", [_param(c) for c in cs])
     if "style_group" in metafunc.fixturenames:
         groups = sorted({c.key.split("[")[0] for c in fields})
         metafunc.parametrize("style_group", groups)
@@ -108,61 +102,14 @@ def pytest_generate_tests(metafunc):
 
 
 # ----------------------------------------------------------------- fixture
-class Loads:
-    """The loads of the cases, run on demand per batch: the cases of one kind
-    (field / whole) and one bucket of fixtures.cuda_layer.batching, which the xdist scheduler
-    keeps on one worker. A batch runs in the worker's isolated child process
-    (fixtures.cuda_layer.isolation): a device map that makes TMA trap (sticky
-    CUDA_ERROR_ILLEGAL_INSTRUCTION) fails its own case, names the map it went
-    through, and the batch goes on after it in a fresh child."""
-
-    def __init__(self, sm, gpu, kernels, cases, selected):
-        self.sm, self.gpu, self.kernels = sm, gpu, kernels
-        self.case_of = {c.id: c for c in cases}
-        planned = [c for c in cases if c.loads and c.min_sm <= sm
-                   and (selected is None or c.id in selected)]
-        self.batches = LazyBatches(planned, lambda c: (c.kind, bucket(c.id)),
-                                   lambda ids: de.loads_with_recovery(list(ids), self._call))
-
-    def _call(self, ids):
-        return run_isolated("fixtures.device_encode.runner:isolated_loads", self.sm, self.gpu.arch,
-                            str(self.kernels.cache_dir), [self.case_of[i] for i in ids],
-                            device=self.gpu.ordinal, timeout=240)
-
-    def of(self, case) -> tuple[list | None, str]:
-        """(the case's LoadRuns, "") or (None, why they are missing)."""
-        runs, why = self.batches.result(case.id)
-        if runs is None and not why:
-            return None, "no loads planned for this case"
-        return runs, why
-
-
-@dataclass
-class Ctx:
-    sm: int
-    layout: ml.Layout
-    dev_fps: dict
-    fp_rows: list
-    writable: int
-    batch: de.Batch
-    module: object
-    fields: tuple
-    wholes: tuple
-    loads: Loads
-
-    def result(self, case) -> de.CaseResult:
-        return self.batch.results[case.id]
-
-
 @pytest.fixture(scope="session")
-def ctx(request, gpu, kernels) -> Ctx:
-    import cupy
-    from fixtures.tensormap.encode import encode_tiled
+def ctx(request, gpu, kernels) -> de.Ctx:
+    import cupy     # lazy: CuPy is imported only where the GPU runs
     gpu.activate()
     level = sweep.level(request.config)
     anchor = cupy.zeros(1 << 16, dtype=cupy.uint8)     # a real address for the layout bases
     layout = ml.measure(encode_tiled, ml.default_bases(int(anchor.data.ptr)))
-    module = kernels.load(de.KERNEL_SOURCE)
+    module = kernels.load(KERNEL_SOURCE)
     dev_fps, fp_rows = de.device_footprints(module, layout, gpu.sm)
     writable = 0
     for m in dev_fps.values():
@@ -171,119 +118,14 @@ def ctx(request, gpu, kernels) -> Ctx:
     fields, wholes, tf32s = _cases(level, sm)
     everything = list(fields) + list(wholes) + list(tf32s)
     # Every map is encoded here, in one launch per kernel (encoding does not trap); the
-    # loads, which can, run per batch in the isolated child (Loads).
+    # loads, which can, run per batch in the isolated child (de.LoadBatches).
     batch = de.encode_all(module, everything, sm=gpu.sm)
     selected = selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
                             __file__)
-    loads = Loads(sm, gpu, kernels, everything, selected)
-    c = Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
+    loads = de.LoadBatches(sm, gpu, kernels, everything, selected)
+    c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
     yield c
     del anchor
-
-
-# ----------------------------------------------------------------- helpers
-def _params_text(t: ml.TiledMap) -> str:
-    return (f"{ml.DTYPES[t.dtype].short} rank {t.rank} dims {list(t.global_dim)} strides "
-            f"{list(t.global_strides)} box {list(t.box_dim)} elemstrides "
-            f"{list(t.element_strides)} {t.interleave.name} {t.swizzle.name} {t.fill.name} "
-            f"L2 {t.l2.name} address {t.address:#x}")
-
-
-def _bits_text(ctx: Ctx, mask: int, limit: int = 12) -> str:
-    parts = []
-    for r in ml.ranges(mask)[:limit]:
-        owners = ctx.layout.owners(ml.first_bit(r))
-        parts.append(f"{r} ({'/'.join(owners) or 'no field'})")
-    more = len(ml.ranges(mask)) - limit
-    return ", ".join(parts) + (f", ... {more} more" if more > 0 else "")
-
-
-def _words_text(a: bytes, b: bytes, words) -> str:
-    x, y = ml.as_int(a), ml.as_int(b)
-    return "; ".join(f"w{w}: device 0x{ml.word(x, w):016x} host 0x{ml.word(y, w):016x}"
-                     for w in words)
-
-
-def _rule_for(case) -> str:
-    return de.SEED000_ZEROS if case.template is None else de.SEED000
-
-
-def _check_map(ctx: Ctx, case) -> list[tuple[str, str]]:
-    """Bytes: the device map equals the host map on every bit an active replaceable
-    field owns and tensormap.replace writes."""
-    r = ctx.result(case)
-    errs = []
-    if r.host is None:
-        return [("device-encode.host", f"cuTensorMapEncodeTiled rejected the target "
-                f"({r.host_status}): the case generator made an invalid map: {_params_text(r.target)}")]
-    if case.template is not None and r.template is None:
-        return [("device-encode.host", f"the template was rejected ({r.template_status})")]
-    if r.device_status != st.OK:
-        return [("device-encode.status", f"the encoding warp reported "
-                f"{st.describe(r.device_status)} (an op the kernel does not have for sm_{ctx.sm}?)")]
-    d = de.classify(r.device, r.host, ctx.layout, ctx.writable, r.target.rank, r.target)
-    if d.strict:
-        tf32 = ""
-        if d.strict == d.strict & (1 << 80) and case.template is not None:
-            tf32 = (" Bit w1[16] is set by the driver only for TFLOAT32 / TFLOAT32_FTZ maps; "
-                    "tensormap.replace.elemtype did not clear it when the template was a tf32 map "
-                    f"(template w1 = 0x{ml.word(ml.as_int(r.template), 1):016x}).")
-        errs.append((
-            "device-encode.field-bits",
-            f"{_rule_for(case)}; {de.SEED003}. The device map "
-            f"differs from cuTensorMapEncodeTiled of the same parameters on bits a replaceable "
-            f"field owns: {_bits_text(ctx, d.strict)}. {_words_text(r.device, r.host, ml.words_of(d.strict))}. "
-            f"Target: {_params_text(r.target)}; program: "
-            f"{', '.join(f'{o.field}[{o.ord}]={o.value:#x}' for o in case.ops)}.{tf32}"))
-    return errs
-
-
-def _check_loads(ctx: Ctx, case) -> list[tuple[str, str]]:
-    from fixtures.tma_load import model as tma_model
-    r = ctx.result(case)
-    if not case.loads or r.device_status != st.OK or r.host is None:
-        return []
-    errs = []
-    runs, why = ctx.loads.of(case)
-    if runs is None:
-        return [("device-encode.load", f"{why}")]
-    if len(runs) != len(case.loads):
-        return [("device-encode.load", f"{len(runs)} of {len(case.loads)} loads ran")]
-    for lr in runs:
-        where = f"load at {list(lr.coords)}"
-        if lr.device_status != st.OK or lr.host_status != st.OK:
-            errs.append(("device-encode.load", f"{where}: device map {st.describe(lr.device_status)}, "
-                        f"host map {st.describe(lr.host_status)} ({de.SEED001})"))
-            continue
-        if lr.device != lr.host:
-            a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(lr.host, np.uint8)
-            diff = np.flatnonzero(a != b)
-            errs.append(("device-encode.load", f"{where}: the tile loaded through the device map "
-                        f"differs from the host map's in {diff.size} bytes, first at shared byte "
-                        f"{diff[0]} (device 0x{a[diff[0]]:02x}, host 0x{b[diff[0]]:02x}); "
-                        f"{_rule_for(case)}"))
-            continue
-        try:
-            want = tma_model.load(de.to_tiled_load(r.target, lr.coords), ctx.batch.pool,
-                                  r.pool_offset)
-        except ValueError as exc:          # a load the suite cannot check is not a pass
-            errs.append(("tma-model", f"{where}: fixtures/tma_load/model.py has no answer for this "
-                        f"load ({exc}), so its tile cannot be checked"))
-            continue
-        if want.kind == "trap":
-            errs.append(("tma-model", f"{where}: the model predicts a trap ({want.error}: "
-                        f"{want.reason}), and the loads through the device and the host map both "
-                        f"completed"))
-            continue
-        if want.data != lr.device:
-            a, b = np.frombuffer(lr.device, np.uint8), np.frombuffer(want.data, np.uint8)
-            diff = np.flatnonzero(a != b)
-            p = de.to_tiled_load(r.target, lr.coords)
-            errs.append(("tma-model", f"{where}: device and host maps load the same tile, but it "
-                        f"differs from fixtures/tma_load/model.py in {diff.size} bytes, first at "
-                        f"{tma_model.describe_offset(p, int(diff[0]))} (hardware 0x{a[diff[0]]:02x}, "
-                        f"model 0x{b[diff[0]]:02x})"))
-    return errs
 
 
 def _fail(case, errs):
@@ -321,14 +163,14 @@ def test_device_footprint(ctx, footprint_key):
         extra &= ~ctx.layout.owned([k for k in ml.all_keys() if "[" in k])
     if extra:
         errs.append(("device-encode.footprint", f"replace of {key} wrote bits outside the "
-                    f"field's host footprint: {_bits_text(ctx, extra)} ({de.SEED003})"))
+                    f"field's host footprint: {de.bits_text(ctx, extra)} ({de.SEED003})"))
     host_only = host_fp & ~dev_fp
     outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in FINDINGS_WORDS)
     if outside:
         errs.append(("device-encode.footprint", f"the driver moves bits for {key} that "
                     f"tensormap.replace never writes, outside words {FINDINGS_WORDS} (where the H200 showed "
                     f"the driver's own bits): "
-                    f"{_bits_text(ctx, outside)}"))
+                    f"{de.bits_text(ctx, outside)}"))
     bad = []
     for v, mb, code, space, style in ctx.fp_rows:
         if v.key != key:
@@ -340,7 +182,7 @@ def test_device_footprint(ctx, footprint_key):
         d = (ml.as_int(mb) ^ ml.as_int(v.map_bytes)) & host_fp & dev_fp
         if d:
             bad.append(f"{key}={v.value!r} base {v.base_index} {space}/{style}: "
-                       f"{_bits_text(ctx, d, 4)}")
+                       f"{de.bits_text(ctx, d, 4)}")
     if bad:
         errs.append(("device-encode.field-bits", f"single-field replaces that differ from the "
                     f"host encode of the same change ({len(bad)}): " + "; ".join(bad[:8])))
@@ -352,7 +194,7 @@ def test_replace_field(ctx, field_case):
     """One field x ordinal x value, from a template differing in that field (or from
     zeros with the whole program), in one state space and writing style: the bytes
     on the field bits equal the host encode, and loads equal the host map's."""
-    _fail(field_case, _check_map(ctx, field_case) + _check_loads(ctx, field_case))
+    _fail(field_case, de.check_map(ctx, field_case) + de.check_loads(ctx, field_case))
 
 
 @pytest.mark.rule("device-encode.field-bits")
@@ -360,7 +202,7 @@ def test_whole_map(ctx, whole_case):
     """A random valid map encoded on the device with every field replaced (seed 000's
     kernel), from zeros or a template with the same box or another box / data type /
     swizzle / rank, against cuTensorMapEncodeTiled and by loads."""
-    _fail(whole_case, _check_map(ctx, whole_case) + _check_loads(ctx, whole_case))
+    _fail(whole_case, de.check_map(ctx, whole_case) + de.check_loads(ctx, whole_case))
 
 
 @pytest.mark.rule("device-encode.field-bits")
@@ -368,14 +210,13 @@ def test_elemtype_replace_from_tf32_template(ctx, tf32_case):
     """Replacing the element type of a TFLOAT32 / TFLOAT32_FTZ template (seed 000's
     template path) gives the host map of the new type: every elemtype bit the driver
     writes, including the flag it sets only for the TF32 types, and the same loads."""
-    _fail(tf32_case, _check_map(ctx, tf32_case) + _check_loads(ctx, tf32_case))
+    _fail(tf32_case, de.check_map(ctx, tf32_case) + de.check_loads(ctx, tf32_case))
 
 
 @pytest.mark.rule("device-encode.replace-address")
 def test_replace_address_matches_driver(ctx, address_case):
     """Device global_address replacement on a host template equals
     cuTensorMapReplaceAddress of the same template, on all 128 bytes."""
-    from fixtures.tensormap.encode import replace_address
     r = ctx.result(address_case)
     assert r.template is not None and r.device is not None and r.device_status == st.OK, (
         f"case {address_case.id}: no device map ({st.describe(r.device_status)}, template "
@@ -387,14 +228,13 @@ def test_replace_address_matches_driver(ctx, address_case):
         fail("device-encode.replace-address", address_case.id,
              f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
              f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
-             f"{_bits_text(ctx, d)}; {_words_text(r.device, h.map_bytes, ml.words_of(d))}")
+             f"{de.bits_text(ctx, d)}; {de.words_text(r.device, h.map_bytes, ml.words_of(d))}")
 
 
 @pytest.mark.rule("device-encode.global-stride-bytes")
 def test_global_stride_operand_is_bytes(ctx, stride_case):
     """The global_stride operand is in bytes: the device map must not look like a host
     map of the stride times or divided by 16 (the triton#5408 class of bug)."""
-    from fixtures.tensormap.encode import encode_tiled
     r = ctx.result(stride_case)
     assert r.device is not None and r.host is not None and r.device_status == st.OK, (
         f"case {stride_case.id}: no device map ({st.describe(r.device_status)})")
@@ -411,7 +251,7 @@ def test_global_stride_operand_is_bytes(ctx, stride_case):
             if e.ok and (ml.as_int(e.map_bytes) & fp) == dv:
                 hints.append(f"the device map holds what the host encodes for {name} = {alt}")
     fail("device-encode.global-stride-bytes", stride_case.id,
-         f"{STRIDE_BUG}. Stride {s} bytes: device bits {_bits_text(ctx, dv ^ hv)} differ from the "
+         f"{de.STRIDE_BUG}. Stride {s} bytes: device bits {de.bits_text(ctx, dv ^ hv)} differ from the "
          f"host map. {'; '.join(hints) or 'not a factor-16 confusion'}")
 
 
@@ -537,30 +377,27 @@ def _write_layout(ctx, config, summary):
                       [f"0x{ml.word(ml.as_int(r.template), w):016x}" for w in range(16)]})
     data["whole_map_pairs"] = pairs
     if d:
-        from fixtures.plugins.reporting import write_artifact
         write_artifact(config, "map_layout.json", data)
 
 
 # --------------------------------------------------------------- toolchain
+@pytest.mark.requires_tool("nvcc", why="the NVRTC build alone is checked")
 @pytest.mark.parametrize("style", ["raw", "ptxwrap"])
 @pytest.mark.rule("device-encode.toolchain")
 def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     """The same kernel file built by the installed nvcc gives the same maps as the
     NVRTC build, case by case (every field case of the style)."""
-    if de.nvcc_path() is None:
-        pytest.skip("nvcc is not on PATH: the NVRTC build alone is checked")
-    from fixtures.cuda_layer.launch import Module
     try:
-        cubin = de.nvcc_build(de.KERNEL_SOURCE, gpu.arch, kernels.cache_dir)
+        cubin = de.nvcc_build(KERNEL_SOURCE, gpu.arch, kernels.cache_dir)
     except de.NvccError as exc:
         fail("device-encode.toolchain", style,
-             f"nvcc could not build {de.KERNEL_SOURCE} for {gpu.arch}, NVRTC could:\n{exc.log[-3000:]}")
+             f"nvcc could not build {KERNEL_SOURCE} for {gpu.arch}, NVRTC could:\n{exc.log[-3000:]}")
     mod = Module.load(cubin, "device_encode.cu (nvcc)")
     cs = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm
           and ctx.result(c).device_status == st.OK]
     base = ctx.batch.pool_base
     items = [(ctx.result(c).template, de.resolved_ops(c, base), c.space, c.style) for c in cs]
-    got, _ = de.encode_on_device(mod, items)
+    got, _ = engine.device_maps.encode_on_device(mod, items)
     bad = [c.id for c, (mb, code, _, _) in zip(cs, got) if mb != ctx.result(c).device]
     check(not bad, "device-encode.toolchain", style,
           f"nvcc and NVRTC builds of the same kernel give different maps for {len(bad)} of "
@@ -574,10 +411,10 @@ def test_builds_for_sm100a(kernels):
     op in, TMAC_DE_PROBE=2 the raw elemtype 13..15); the H200 cannot run them."""
     for defines in (None, {"TMAC_DE_PROBE": 1}, {"TMAC_DE_PROBE": 2}):
         try:
-            b = kernels.build(de.KERNEL_SOURCE, defines=defines, arch="sm_100a")
+            b = kernels.build(KERNEL_SOURCE, defines=defines, arch="sm_100a")
         except build.BuildError as exc:
             fail("device-encode.toolchain", f"sm_100a-{defines}",
-                 f"{de.KERNEL_SOURCE} {defines} does not build for sm_100a:\n{exc.log[-3000:]}")
+                 f"{KERNEL_SOURCE} {defines} does not build for sm_100a:\n{exc.log[-3000:]}")
         assert b.cubin[:4] == b"\x7fELF"
 
 
@@ -597,34 +434,31 @@ MISMATCHES = [
 @pytest.mark.parametrize("arch,defines,word,rule", MISMATCHES,
                          ids=["tensormap-on-sm_90", "atomicity-on-sm_90a", "elemtype13-on-sm_90a",
                               "swizzle96-on-sm_90a", "swizzle96-on-sm_100a"])
-@pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
+@pytest.mark.parametrize("compiler", ["nvrtc", pytest.param("nvcc", marks=pytest.mark.requires_tool(
+    "nvcc"))])
 @pytest.mark.rule("device-encode.toolchain")
 def test_target_mismatch_is_a_build_error(kernels, compiler, arch, defines, word, rule):
     """A tensormap.replace form the target does not have is a build error whose log
     names it, not a crash and not a silently different kernel."""
     if compiler == "nvrtc":
         with pytest.raises(build.BuildError) as info:
-            kernels.build(de.KERNEL_SOURCE, defines=defines, arch=arch)
+            kernels.build(KERNEL_SOURCE, defines=defines, arch=arch)
         log = info.value.log
     else:
-        if de.nvcc_path() is None:
-            pytest.skip("nvcc is not on PATH")
         with pytest.raises(de.NvccError) as info:
-            de.nvcc_build(de.KERNEL_SOURCE, arch, kernels.cache_dir, defines)
+            de.nvcc_build(KERNEL_SOURCE, arch, kernels.cache_dir, defines)
         log = info.value.log
     check("tensormap" in log and word in log, "device-encode.toolchain", f"{compiler}-{word}-on-{arch}",
           f"{rule}: the {compiler} build for {arch} {defines} failed, "
           f"but its log does not name {word!r}:\n{log[-2000:]}")
 
 
+@pytest.mark.below_sm(100, why="the sm_100a build can run here")
 @pytest.mark.rule("device-encode.toolchain")
 def test_sm100a_cubin_is_refused_here(gpu, kernels):
     """On a GPU below sm_100 the sm_100a build is refused at load time with a CUDA
     error (a clear failure, not a crash)."""
-    from fixtures.cuda_layer.launch import CudaError, Module
-    if gpu.sm >= 100:
-        pytest.skip(f"this GPU is sm_{gpu.sm}: the sm_100a build can run here")
-    b = kernels.build(de.KERNEL_SOURCE, arch="sm_100a")
+    b = kernels.build(KERNEL_SOURCE, arch="sm_100a")
     with pytest.raises(CudaError) as info:
         Module.load(b.cubin, "device_encode.cu (sm_100a)")
     assert info.value.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",

@@ -1,6 +1,6 @@
 """Cluster multicast TMA loads (PTX ISA, cp.async.bulk.tensor ``.multicast::cluster``),
-bit-exactly against the tiled and im2col models (fixtures/tma_load/model.py,
-fixtures/tma_load/im2col_model.py), and loads through maps built on the device.
+bit-exactly against the tiled and im2col models (fixtures/tma_box/tiled.py,
+fixtures/tma_box/im2col.py), and loads through maps built on the device.
 
 Cases come from fixtures/tma_load/multicast.py: clusters of 2, 4, 8 and 16 CTAs x CTA
 masks (every CTA, one, sparse subsets) x the issuing CTA (inside and outside the mask) x
@@ -8,7 +8,7 @@ tiled loads drawn from the tiled suite's cases (a quarter of them through a map 
 the device, ``-dev-template``, ``-dev-zeros``) and im2col loads drawn from the im2col
 suite's cases (``im2col-...``, host maps). Each case is one cluster and its
 own test id; the GPU work runs in batches, one cluster launch per cluster size
-(kernels/multicast_load.cu, fixtures/tma_load/multicast_runner.py), in the worker's
+(kernels/multicast_load.cu, fixtures/tma_load/operations.py ``MULTICAST``), in the worker's
 isolated child. Every CTA of the cluster is checked: a CTA of the mask holds the model's
 box and saw its own mbarrier complete within the bound; a CTA outside it holds its
 poison and finished.
@@ -18,37 +18,26 @@ from __future__ import annotations
 import pytest
 
 import fixtures.tma_load as tl
+from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap import sweep
 from fixtures.tensormap.registry import check, fail_all
+from fixtures.tma_box import im2col, tiled
 
 mc = tl.multicast
 
 
 def pytest_generate_tests(metafunc):
-    if "mc_case" in metafunc.fixturenames:
-        cases = list(mc.generate(sweep.level(metafunc.config)))
-        metafunc.parametrize("mc_case", cases, ids=[c.id for c in cases])
+    engine.parametrize(metafunc, "mc_case", mc.generate)
 
 
-@pytest.fixture(scope="session")
-def mc_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("mc_case",))
-    return tl.MulticastBatches(gpu, kernels, [c for c in mc.generate(sweep.level(request.config))
-                                              if c.id in selected])
+mc_batches = engine.batch_fixture("mc_batches", "mc_case", mc.generate, tl.MULTICAST)
 
 
-def _first_diff(got: bytes, want: bytes) -> str:
-    n = min(len(got), len(want))
-    diffs = [i for i in range(n) if got[i] != want[i]]
-    if len(got) != len(want):
-        return f"{len(got)} bytes copied out, {len(want)} expected"
-    k = diffs[0]
-    poison = sum(1 for i in diffs if got[i] == tl.POISON)
-    return (f"{len(diffs)} of {n} bytes differ, first at {k} (hardware 0x{got[k]:02x}, "
-            f"expected 0x{want[k]:02x}){f'; {poison} still hold the poison' if poison else ''}")
+def _first_diff(case, got: bytes, want: bytes) -> str:
+    model = im2col if case.mode == "im2col" else tiled
+    return engine.byte_mismatch(got, want, f"{case.mode} load", lambda off: model.describe_offset(
+        case.load, off), model.footprint(case.load), esize=case.load.esize)
 
 
 def test_multicast(mc_case, mc_batches):
@@ -83,7 +72,7 @@ def test_multicast(mc_case, mc_batches):
             errors.append((rule, f"{role}: status {st.describe(code)}"))
         if got != want:
             what = "the model's box" if mc_case.receives(r) else "its untouched poison"
-            errors.append((rule, f"{role}: shared memory is not {what}: {_first_diff(got, want)}"))
+            errors.append((rule, f"{role}: shared memory is not {what}: {_first_diff(mc_case, got, want)}"))
     if errors and not mc_case.receives(mc_case.src):
         errors.append((rule, f"the issuer is outside the mask: {mc.ISSUER_OUTSIDE_EVIDENCE}"))
     if errors and mc_case.built and run.host_map is not None and run.device_map is not None:
@@ -104,8 +93,8 @@ def test_cluster_size_runs(size, gpu, kernels, record_property):
     """cuOccupancyMaxActiveClusters for the multicast kernel: at least one cluster of 2, 4
     and 8 CTAs (the portable size); 16 is non-portable: recorded, skipped when 0."""
     if not _support:
-        kernels.build(tl.multicast_runner.KERNEL_SOURCE, arch=gpu.arch)
-        out = run_isolated("fixtures.tma_load.multicast_runner:support_target", gpu.arch,
+        kernels.build(tl.MULTICAST.source, arch=gpu.arch)
+        out = run_isolated("fixtures.tma_load.operations:multicast_support", gpu.arch,
                            str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
         check(out.kind == "returned", "cluster.portable-size", f"cl{size}",
               f"the occupancy query did not return: {out}")

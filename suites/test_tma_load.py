@@ -1,6 +1,6 @@
-"""Tiled TMA loads against the NumPy reference model (fixtures/tma_load/model.py), bit-exactly.
+"""Tiled TMA loads against the NumPy reference model (fixtures/tma_box/tiled.py), bit-exactly.
 
-Cases come from fixtures/tma_load/cases.py: data type x swizzle x interleave x OOB fill x
+Cases come from fixtures/tma_box/tiled_cases.py: data type x swizzle x interleave x OOB fill x
 rank, with element strides and coordinate sets (interior, straddling each edge,
 negative, fully outside).  Each case is its own test id, but the GPU work runs in
 batches: the first test of a batch (up to 512 cases of one rank and one bucket of
@@ -16,46 +16,44 @@ child process (fixtures.cuda_layer.isolation) and must raise CUDA_ERROR_ILLEGAL_
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import fixtures.tma_load as tl
+from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.tensormap import sweep
-from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, short
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tma_load import LoadBatches
-from fixtures.cuda_layer.batching import selected_ids
+from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.registry import check, fail
+from fixtures.tma_box import tiled, tiled_cases
+
+
+def data_cases(level):
+    return [c for c in tiled_cases.generate(level) if c.expect == "data"]
+
+
+def trap_cases(level):
+    return [c for c in tiled_cases.generate(level) if c.expect == "trap"]
 
 
 def pytest_generate_tests(metafunc):
-    if "load_case" in metafunc.fixturenames:
-        cases = [c for c in tl.generate(sweep.level(metafunc.config)) if c.expect == "data"]
-        metafunc.parametrize("load_case", cases, ids=[c.id for c in cases])
-    if "trap_case" in metafunc.fixturenames:
-        cases = [c for c in tl.generate(sweep.level(metafunc.config)) if c.expect == "trap"]
-        metafunc.parametrize("trap_case", cases, ids=[c.id for c in cases])
+    engine.parametrize(metafunc, "load_case", data_cases)
+    engine.parametrize(metafunc, "trap_case", trap_cases)
 
 
-@pytest.fixture(scope="session")
-def tma_batches(request, gpu, kernels):
-    # only the cases this session collected (-k, --deselect): a batch never
-    # launches work no test will look at
-    selected = selected_ids(request.session.items, ("load_case",))
-    return LoadBatches(gpu, kernels, [c for c in tl.generate(sweep.level(request.config))
-                                      if c.expect == "data" and c.id in selected])
+tma_batches = engine.batch_fixture("tma_batches", "load_case", data_cases, tl.TILED)
 
 
 def _mismatch_message(case, got: bytes, want: bytes) -> str:
     p = case.load
-    return tl.mismatch_message(
-        got, want, f"box bytes {tl.smem_bytes(p)}, counts {tl.box_counts(p)}, "
+    return engine.byte_mismatch(
+        got, want, f"box bytes {tiled.smem_bytes(p)}, counts {tiled.box_counts(p)}, "
         f"coords {p.coords}, dims {p.global_dim}, strides {p.global_strides}, "
         f"element strides {p.element_strides}, dst offset {p.smem_offset}",
-        lambda off: tl.describe_offset(p, off), tl.footprint(p), esize=p.esize)
+        lambda off: tiled.describe_offset(p, off), tiled.footprint(p), esize=p.esize)
 
 
 @pytest.mark.rule("tma-load.model")
@@ -69,19 +67,19 @@ def test_tma_load(load_case, tma_batches):
     check(run.status == st.OK, "tma-load.model", cid, f"kernel status {st.describe(run.status)}")
     check(run.global_intact, "tma-load.model", cid,
           f"the load changed global memory: {run.global_note}")
-    want = tl.load(load_case.load, tl.global_bytes(load_case), 0)
+    want = tiled.load(load_case.load, tl.TILED.tensor(load_case), 0)
     check(want.kind == "data", "tma-model", cid, f"the model answers {want.kind} for a data case")
     if run.image != want.data:
         fail("tma-load.model", cid, _mismatch_message(load_case, run.image, want.data))
 
 
-_SEED004 = {c.id: c for c in tl.seed004_count_cases()}
-_seed004_runs: LoadBatches | None = None
+_SEED004 = {c.id: c for c in tiled_cases.seed004_count_cases()}
+_seed004_runs: engine.Batches | None = None
 _SEED004_EXTRA = 4096
 
 
 def _padded(buf: bytes, n: int) -> np.ndarray:
-    out = np.full(n, tl.POISON, dtype=np.uint8)
+    out = np.full(n, tiled.POISON, dtype=np.uint8)
     out[:len(buf)] = np.frombuffer(buf, dtype=np.uint8)
     return out
 
@@ -98,31 +96,31 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     H200 do not (tma_model.INTERLEAVE_EVIDENCE)."""
     global _seed004_runs
     if _seed004_runs is None:
-        _seed004_runs = LoadBatches(gpu, kernels, list(_SEED004.values()),
-                                    tx_override=(1 << 20) - 1, timeout_ns=5_000_000,
-                                    extra_copy=_SEED004_EXTRA)
+        _seed004_runs = engine.Batches(gpu, kernels, list(_SEED004.values()), replace(
+            tl.TILED, rule="tma-load.box-elements", tx_override=(1 << 20) - 1,
+            timeout_ns=5_000_000, extra_copy=_SEED004_EXTRA))
     case, run = _SEED004[case_id], _seed004_runs.result(_SEED004[case_id])
     p = case.load
     check(run.encode_status == "CUDA_SUCCESS", "tma-load.box-elements", case_id,
           f"encode {run.encode_status}")
     check(run.status == st.TIMEOUT, "tma-load.box-elements", case_id,
           "the unreachable byte count was reached?")
-    with tl.documented_semantics():
-        doc = tl.load(p, tl.global_bytes(case), 0).data
-        doc_counts = tl.box_counts(p)
+    with tiled.documented_semantics():
+        doc = tiled.load(p, tl.TILED.tensor(case), 0).data
+        doc_counts = tiled.box_counts(p)
     n = max(len(doc), len(run.image))
     got, want = _padded(run.image, n), _padded(doc, n)
     diff = np.flatnonzero(got != want)
-    written = int((got != tl.POISON).sum())
+    written = int((got != tiled.POISON).sum())
     if diff.size:
         fail("tma-load.box-elements", case_id,
         f"the hardware disagrees with seed 004: by its "
         f"sentence the box holds "
-        f"{doc_counts} elements of {p.esize} bytes = {tl.documented_tx_bytes(p)} "
+        f"{doc_counts} elements of {p.esize} bytes = {tiled.documented_tx_bytes(p)} "
         f"bytes; shared memory differs from that in {diff.size} bytes (first at "
         f"{int(diff[0])}) and about {written} bytes were written.  Measured on the H200 "
-        f"(tma_model.INTERLEAVE_EVIDENCE): counts {tl.box_counts(p)} of "
-        f"{tl.unit_bytes(p)}-byte units = {tl.smem_bytes(p)} bytes")
+        f"(tma_model.INTERLEAVE_EVIDENCE): counts {tiled.box_counts(p)} of "
+        f"{tiled.unit_bytes(p)}-byte units = {tiled.smem_bytes(p)} bytes")
 
 
 @pytest.mark.isolated
@@ -130,16 +128,8 @@ def test_box_per_seed_004(case_id, gpu, kernels):
 def test_tma_load_trap(trap_case, gpu, kernels):
     """An unaligned inner coordinate (measured on the H200) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
-    why = tl.trap_reason(trap_case.load)
-    check(why, "tma-model", trap_case.id, "the model does not call this case a trap")
-    kernels.build("tma_load.cu", arch=gpu.arch)     # a build failure is "could not build"
-    out = run_isolated("fixtures.tma_load.runner:trap_target", trap_case.params(), gpu.arch,
-                       str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-    check(out.kind == "cuda_error", "tma-load.trap", trap_case.id,
-          f"({why}): expected a trap, got {out} "
-          f"{out.value if out.kind == 'returned' else out.detail}")
-    check(out.error == tl.TRAP_ERROR, "tma-load.trap", trap_case.id,
-          f"trapped with {out.error}, the model says {tl.TRAP_ERROR}")
+    engine.expect_trap(trap_case, tl.TILED, gpu, kernels, rule="tma-load.trap",
+                       reason=tiled.trap_reason(trap_case.load))
 
 
 # Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank
@@ -163,9 +153,8 @@ _BIG = [
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
     the model's tile. Runs alone in a child process, since a trap kills the context."""
-    from fixtures import device_encode as de
-    kernels.build(de.KERNEL_SOURCE, arch=gpu.arch)  # a build failure is "could not build"
-    out = run_isolated("fixtures.tma_load.runner:large_dim_target", int(dtype), dims, strides, box,
+    kernels.build(engine.device_maps.KERNEL_SOURCE, arch=gpu.arch)  # a build failure: "could not build"
+    out = run_isolated("fixtures.tma_load.operations:large_dim_target", int(dtype), dims, strides, box,
                        gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
     rule = "tma-load.global-dim-range"
     check(out.kind == "returned", rule, case_id,
@@ -174,8 +163,8 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     v = out.value
     check(v["encode"] == "CUDA_SUCCESS", rule, case_id, f"encode returned {v['encode']}")
     check(v["status"] == st.OK, rule, case_id, f"load status {st.describe(v['status'])}")
-    p = tl.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
-                            Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
-    want = tl.load(p, de.pool_host(), 0).data
+    p = tiled.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
+                        Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
+    want = tiled.load(p, engine.device_maps.pool_host(), 0).data
     if v["image"] != want:
         fail(rule, case_id, _mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))

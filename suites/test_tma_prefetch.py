@@ -14,26 +14,26 @@ from __future__ import annotations
 import pytest
 
 import fixtures.tma_load as tl
+from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.batching import selected_ids
-from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap import sweep
 from fixtures.tensormap.registry import check
 
 
+def done_cases(level):
+    return [c for c in tl.prefetch.generate(level) if c.expect == "done"]
+
+
+def trap_cases(level):
+    return [c for c in tl.prefetch.generate(level) if c.expect == "trap"]
+
+
 def pytest_generate_tests(metafunc):
-    for name, expect in (("prefetch_case", "done"), ("prefetch_trap", "trap")):
-        if name in metafunc.fixturenames:
-            cases = [c for c in tl.prefetch.generate(sweep.level(metafunc.config))
-                     if c.expect == expect]
-            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
+    engine.parametrize(metafunc, "prefetch_case", done_cases)
+    engine.parametrize(metafunc, "prefetch_trap", trap_cases)
 
 
-@pytest.fixture(scope="session")
-def prefetch_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("prefetch_case",))
-    return tl.PrefetchBatches(gpu, kernels, [c for c in tl.prefetch.generate(
-        sweep.level(request.config)) if c.expect == "done" and c.id in selected])
+prefetch_batches = engine.batch_fixture("prefetch_batches", "prefetch_case", done_cases,
+                                        tl.PREFETCH)
 
 
 def test_tma_prefetch(prefetch_case, prefetch_batches):
@@ -50,12 +50,6 @@ def test_tma_prefetch(prefetch_case, prefetch_batches):
 def test_tma_prefetch_trap(prefetch_trap, gpu, kernels):
     """A prefetch at coordinates where a load through the same map traps must trap the same
     way; it runs alone in the isolated child."""
-    kernels.build(tl.prefetch.KERNEL_SOURCE, arch=gpu.arch)
-    out = run_isolated("fixtures.tma_load.prefetch:trap_target", prefetch_trap.params(), gpu.arch,
-                       str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-    rule, cid = prefetch_trap.rule, prefetch_trap.id
-    check(out.kind == "cuda_error", rule, cid,
-          f"a load through this map at these coordinates traps; the prefetch gave {out} "
-          f"{out.value if out.kind == 'returned' else out.detail}")
-    check(out.error == tl.TRAP_ERROR, rule, cid,
-          f"trapped with {out.error}; the load traps with {tl.TRAP_ERROR}")
+    why = prefetch_trap.load_trap_reason
+    engine.expect_trap(prefetch_trap, tl.PREFETCH, gpu, kernels, rule=prefetch_trap.rule,
+                       reason=why and f"a load through this map at these coordinates traps: {why}")

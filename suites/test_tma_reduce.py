@@ -23,33 +23,28 @@ from __future__ import annotations
 import pytest
 
 import fixtures.tma_store as ts
+from fixtures import engine
 from fixtures.cuda_layer import build
-from fixtures.cuda_layer.batching import selected_ids
-from fixtures.tensormap import sweep
 from fixtures.tensormap.registry import check
 
 
+def im2col_reductions(level):
+    return [c for c in ts.generate_im2col_writes(level) if c.op != "store"]
+
+
 def pytest_generate_tests(metafunc):
-    if "reduce_case" in metafunc.fixturenames:
-        cases = ts.generate_reduce(sweep.level(metafunc.config))
-        metafunc.parametrize("reduce_case", cases, ids=[c.id for c in cases])
-    if "reduce_variant" in metafunc.fixturenames:
-        cases = ts.reduce_variant_cases(sweep.level(metafunc.config))
-        metafunc.parametrize("reduce_variant", cases, ids=[c.id for c in cases])
-    if "im2col_reduce" in metafunc.fixturenames:
-        cases = [c for c in ts.generate_im2col_writes(sweep.level(metafunc.config))
-                 if c.op != "store"]
-        metafunc.parametrize("im2col_reduce", cases, ids=[c.id for c in cases])
-    if "reduce_negative" in metafunc.fixturenames:
-        cases = ts.reduce_negative_cases(sweep.level(metafunc.config))
-        metafunc.parametrize("reduce_negative", cases, ids=[c.id for c in cases])
+    engine.parametrize(metafunc, "reduce_case", ts.generate_reduce)
+    engine.parametrize(metafunc, "reduce_variant", ts.reduce_variant_cases)
+    engine.parametrize(metafunc, "im2col_reduce", im2col_reductions)
+    engine.parametrize(metafunc, "reduce_negative", ts.reduce_negative_cases)
 
 
-@pytest.fixture(scope="session")
-def reduce_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("reduce_case",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_reduce(sweep.level(request.config))
-                                          if c.id in selected])
+reduce_batches = engine.batch_fixture("reduce_batches", "reduce_case", ts.generate_reduce,
+                                      ts.WRITES)
+reduce_variant_batches = engine.batch_fixture("reduce_variant_batches", "reduce_variant",
+                                              ts.reduce_variant_cases, ts.WRITES)
+im2col_reduce_batches = engine.batch_fixture("im2col_reduce_batches", "im2col_reduce",
+                                             im2col_reductions, ts.WRITES)
 
 
 def test_tma_reduce(reduce_case, reduce_batches):
@@ -58,26 +53,12 @@ def test_tma_reduce(reduce_case, reduce_batches):
     ts.check_write(reduce_case, reduce_batches.result(reduce_case), f".{reduce_case.op} reduction")
 
 
-@pytest.fixture(scope="session")
-def reduce_variant_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("reduce_variant",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.reduce_variant_cases(
-        sweep.level(request.config)) if c.id in selected])
-
-
 def test_tma_reduce_variant(reduce_variant, reduce_variant_batches):
     """Each operation through a map built on the device gives the model's bytes, as through
     the host map; a reduction whose box is loaded back through the same map (same thread
     after wait_group 0 and fence.proxy.async.global, or the next kernel) is seen by that load."""
     ts.check_write(reduce_variant, reduce_variant_batches.result(reduce_variant),
                    f".{reduce_variant.op} reduction")
-
-
-@pytest.fixture(scope="session")
-def im2col_reduce_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("im2col_reduce",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(
-        sweep.level(request.config)) if c.id in selected])
 
 
 def test_tma_reduce_im2col(im2col_reduce, im2col_reduce_batches):

@@ -37,51 +37,40 @@ from __future__ import annotations
 import pytest
 
 import fixtures.tma_store as ts
-from fixtures.cuda_layer.batching import selected_ids
-from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap import sweep
-from fixtures.tensormap.registry import check
+from fixtures import engine
+
+
+def data_cases(level):
+    return [c for c in ts.generate(level) if c.expect == "data"]
+
+
+def trap_cases(level):
+    return [c for c in ts.generate(level) if c.expect == "trap"]
+
+
+def im2col_stores(level):
+    return [c for c in ts.generate_im2col_writes(level) if c.op == "store"]
 
 
 def pytest_generate_tests(metafunc):
-    level = sweep.level(metafunc.config)
-    if "store_case" in metafunc.fixturenames:
-        cases = [c for c in ts.generate(level) if c.expect == "data"]
-        metafunc.parametrize("store_case", cases, ids=[c.id for c in cases])
-    if "store_variant" in metafunc.fixturenames:
-        cases = ts.variant_cases(level)
-        metafunc.parametrize("store_variant", cases, ids=[c.id for c in cases])
-    if "store_negative" in metafunc.fixturenames:
-        cases = ts.negative_cases(level)
-        metafunc.parametrize("store_negative", cases, ids=[c.id for c in cases])
-    if "im2col_store" in metafunc.fixturenames:
-        cases = [c for c in ts.generate_im2col_writes(level) if c.op == "store"]
-        metafunc.parametrize("im2col_store", cases, ids=[c.id for c in cases])
-    if "im2col_corner" in metafunc.fixturenames:
-        cases = ts.im2col_corner_cases(level)
-        metafunc.parametrize("im2col_corner", cases, ids=[c.id for c in cases])
-    if "store_trap" in metafunc.fixturenames:
-        cases = [c for c in ts.generate(level) if c.expect == "trap"]
-        metafunc.parametrize("store_trap", cases, ids=[c.id for c in cases])
+    engine.parametrize(metafunc, "store_case", data_cases)
+    engine.parametrize(metafunc, "store_variant", ts.variant_cases)
+    engine.parametrize(metafunc, "store_negative", ts.negative_cases)
+    engine.parametrize(metafunc, "im2col_store", im2col_stores)
+    engine.parametrize(metafunc, "im2col_corner", ts.im2col_corner_cases)
+    engine.parametrize(metafunc, "store_trap", trap_cases)
 
 
-@pytest.fixture(scope="session")
-def store_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("store_case",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate(sweep.level(request.config))
-                                          if c.expect == "data" and c.id in selected])
+store_batches = engine.batch_fixture("store_batches", "store_case", data_cases, ts.WRITES)
+store_variant_batches = engine.batch_fixture("store_variant_batches", "store_variant",
+                                             ts.variant_cases, ts.WRITES)
+im2col_store_batches = engine.batch_fixture("im2col_store_batches", "im2col_store",
+                                            im2col_stores, ts.WRITES)
 
 
 def test_tma_store(store_case, store_batches):
     """The global span after a tiled TMA store equals the model's, bit for bit."""
     ts.check_write(store_case, store_batches.result(store_case), "store")
-
-
-@pytest.fixture(scope="session")
-def store_variant_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("store_variant",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.variant_cases(sweep.level(request.config))
-                                          if c.id in selected])
 
 
 def test_tma_store_variant(store_variant, store_variant_batches):
@@ -98,13 +87,6 @@ def test_tma_store_negative_coordinates(store_negative, gpu, kernels):
     high edge (PTX ISA 5.5.3.3): the elements inside the tensor written, nothing else.
     Run alone in the isolated child (on the H100 it traps: known_issues.toml)."""
     ts.check_write_alone(store_negative, gpu, kernels, "store")
-
-
-@pytest.fixture(scope="session")
-def im2col_store_batches(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("im2col_store",))
-    return ts.WriteBatches(gpu, kernels, [c for c in ts.generate_im2col_writes(
-        sweep.level(request.config)) if c.id in selected])
 
 
 def test_tma_store_im2col(im2col_store, im2col_store_batches):
@@ -128,13 +110,5 @@ def test_tma_store_trap(store_trap, gpu, kernels):
     """An innermost coordinate whose byte offset is not a multiple of 16 traps, as the
     load does (measured for loads, and for stores on the H100: model.EVIDENCE['trap']); run
     alone in the isolated child, the trap must raise CUDA_ERROR_ILLEGAL_INSTRUCTION."""
-    why = ts.trap_reason(store_trap.store)
-    check(why, "tma-model", store_trap.id, "the model does not call this case a trap")
-    kernels.build("tma_store.cu", arch=gpu.arch)
-    out = run_isolated("fixtures.tma_store.runner:trap_target", store_trap.params(), gpu.arch,
-                       str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-    check(out.kind == "cuda_error", store_trap.rule, store_trap.id,
-          f"({why}): expected a trap, got {out} "
-          f"{out.value if out.kind == 'returned' else out.detail}")
-    check(out.error == ts.TRAP_ERROR, store_trap.rule, store_trap.id,
-          f"trapped with {out.error}, the model says {ts.TRAP_ERROR}")
+    engine.expect_trap(store_trap, ts.WRITES, gpu, kernels, rule=store_trap.rule,
+                       reason=ts.trap_reason(store_trap.store))

@@ -19,8 +19,8 @@ from fixtures.cuda_layer.isolation import Outcome
 from fixtures.tensormap.registry import RuleFailure
 from fixtures.tma_load import batch_io, im2col_runner, im2col_wide_runner, multicast_runner, runner
 
-GUARD = 256        # fixtures/tma_load/cases.py GLOBAL_GUARD
-GUARD_BYTE = 0xC3  # fixtures/tma_load/cases.py GUARD_BYTE
+GUARD = 256        # fixtures/tma_box/tiled_cases.py GLOBAL_GUARD
+GUARD_BYTE = 0xC3  # fixtures/tma_box/tiled_cases.py GUARD_BYTE
 
 
 def _cases(kind: str, level: str = "smoke") -> list:

@@ -101,7 +101,7 @@ def test_loads_stay_inside_the_pool(cases):
 
 
 def test_targets_are_valid_for_the_model(cases):
-    from fixtures.tma_load import model as tma_model
+    from fixtures.tma_box import tiled as tma_model
     f, w = cases
     for c in f + w:
         if c.min_sm > 90:

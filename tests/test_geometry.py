@@ -13,7 +13,7 @@ from fixtures.tensormap import enums, geometry as geo, map_layout as ml
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.ids import num, stable_hash
 from fixtures.tensormap.params import TiledLoad, TiledMap, TiledParams, encode_params
-from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from seeds import seed
 
 D = DataType
@@ -191,7 +191,7 @@ def test_no_module_copies_the_span_or_size_tables():
     """The copies the geometry module replaced stay gone."""
     import inspect
     import fixtures.host_encode.rules as rules_mod
-    import fixtures.tma_load.cases as cases_mod
+    import fixtures.tma_box.tiled_cases as cases_mod
     for mod in (rules_mod, tma_model, cases_mod, ml):
         src = inspect.getsource(mod)
         assert not re.search(r"Swizzle\.B32: 32, Swizzle\.B64: 64", src), mod.__name__

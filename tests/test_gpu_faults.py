@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.cuda_layer.batching import bucket
 from fixtures.tensormap.enums import Interleave
 from fixtures.tma_load.runner import LoadBatches

@@ -1,5 +1,5 @@
-"""CPU self-tests of the im2col load model (fixtures/tma_load/im2col_model.py) and its case
-generator (fixtures/tma_load/im2col_cases.py): hand-worked examples from the documents'
+"""CPU self-tests of the im2col load model (fixtures/tma_box/im2col.py) and its case
+generator (fixtures/tma_box/im2col_cases.py): hand-worked examples from the documents'
 sentences, the trap rule, the encoder's rules, ids unique, stable and parseable, and the
 counts per sweep."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType as DT, Interleave, OobFill, Swizzle, short
 from fixtures.tensormap.params import Im2colLoad
-from fixtures.tma_load import im2col_cases as ic, im2col_model as im
-from fixtures.tma_load.model import NAN_FILL, POISON
+from fixtures.tma_box import im2col_cases as ic, im2col as im
+from fixtures.tma_box.tiled import NAN_FILL, POISON
 from reports import axes
 
 

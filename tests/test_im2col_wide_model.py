@@ -13,7 +13,7 @@ from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType, Im2colWideMode, OobFill, Swizzle, short
 from fixtures.tma_load import im2col_wide_cases as wc
 from fixtures.tma_load import im2col_wide_model as wm
-from fixtures.tma_load.model import NAN_FILL, POISON
+from fixtures.tma_box.tiled import NAN_FILL, POISON
 
 W, W128 = Im2colWideMode.W, Im2colWideMode.W128
 

@@ -1,5 +1,5 @@
-"""CPU self-tests of the tiled TMA load model (fixtures/tma_load/model.py) and of the case
-generator (fixtures/tma_load/cases.py), against hand-worked examples from seed 004
+"""CPU self-tests of the tiled TMA load model (fixtures/tma_box/tiled.py) and of the case
+generator (fixtures/tma_box/tiled_cases.py), against hand-worked examples from seed 004
 (Driver API 6.30), FINDINGS.md and the CUTLASS/CuTe swizzle definition."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from fixtures.tensormap import geometry as geo
-from fixtures.tma_load import cases as tma_cases, model as tma_model
+from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle, dtypes_for, short
-from fixtures.tma_load.model import (POISON, TiledLoad, box_counts, cute_swizzle, load,
+from fixtures.tma_box.tiled import (POISON, TiledLoad, box_counts, cute_swizzle, load,
                                 rule_violations, smem_bytes, swizzle_offset, trap_reason)
 
 F32, U8, F16 = DataType.FLOAT32, DataType.UINT8, DataType.FLOAT16

@@ -14,7 +14,7 @@ import pytest
 import fixtures.tma_store as ts
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for
 from fixtures.tensormap.params import TiledLoad
-from fixtures.tma_load import model as load_model
+from fixtures.tma_box import tiled as load_model
 from fixtures.tma_store import cases as sc
 from reports import axes
 
