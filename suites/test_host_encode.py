@@ -363,7 +363,7 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
         kw["data_type"] = _cc_enum(peer, "TensorMapDataType", dt)
     try:
         desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
-    except Exception as exc:
+    except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
         pytest.fail(f"cuda.core refused a map the driver encodes: {type(exc).__name__}: {exc}\n"
                     f"  params: {_params_text(q)}")
     theirs = peer.map_bytes(desc)
