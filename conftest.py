@@ -1,2 +1,10 @@
 """The one conftest: it only wires the harness plugins in fixtures/."""
-pytest_plugins = ["fixtures.plugins.harness", "fixtures.plugins.known_issues", "fixtures.plugins.reporting"]
+import pytest
+
+# The plugin modules import each other at their top (fixtures.plugins.harness imports
+# reporting, traps and known_issues): the whole package is marked for assertion rewriting
+# before the first of them is imported, as pytest marks each entry below only just before
+# importing it.
+pytest.register_assert_rewrite("fixtures.plugins")
+pytest_plugins = ["fixtures.plugins.harness", "fixtures.plugins.known_issues", "fixtures.plugins.reporting",
+                  "fixtures.plugins.controller"]

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import bench
 from . import diff as diff_mod
 from . import matrix as matrix_mod
 from . import merge as merge_mod
@@ -164,7 +165,6 @@ def _count(text: str) -> int:
 def main(argv: list[str] | None = None, prog: str = "python -m reports") -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:                 # its own options: python -m reports bench --help
-        from . import bench
         return bench.main(argv[1:], prog=f"{prog} bench")
     p = _Parser(prog=prog, description="Reports of TMA conformance runs.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)

@@ -65,7 +65,7 @@ def _junit_suites(path: Path) -> dict:
 def compile_times(arch: str | None) -> list[dict]:
     """Every kernel's NVRTC build, into an empty cache (cold) and again (warm)."""
     sys.path.insert(0, str(ROOT))
-    from fixtures.cuda_layer import build, cuda_env, placement as gpu
+    from fixtures.cuda_layer import build, cuda_env, placement as gpu  # lazy: reports/ imports nothing of fixtures at import time
     if arch is None:
         state = cuda_env.probe()
         arch = gpu.arch_for(gpu.home_device(state).cc) if state.available else "sm_90a"
@@ -90,7 +90,7 @@ def compile_times(arch: str | None) -> list[dict]:
 
 def gpu_count() -> int:
     sys.path.insert(0, str(ROOT))
-    from fixtures.cuda_layer import cuda_env
+    from fixtures.cuda_layer import cuda_env  # lazy: reports/ imports nothing of fixtures at import time
     state = cuda_env.probe()
     return len(state.tma_devices) if state.available else 0
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     workers = [w for w in a.workers.split(",") if w]
     if any(w != "auto" and not w.isdigit() for w in workers):
         p.error(f"--workers takes numbers or 'auto': {a.workers}")
-    from fixtures.cuda_layer.paths import writable_folder
+    from fixtures.cuda_layer.paths import writable_folder  # lazy: reports/ imports nothing of fixtures at import time
     try:
         out = writable_folder(a.out)          # before the minutes of runs, not after
     except ValueError as e:

@@ -99,7 +99,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def alloc(gpu):
     """A device allocation whose address the cases offset from (>= 256-byte aligned)."""
-    import cupy
+    import cupy  # lazy: CuPy: optional (extras), slow to import
     buf = cupy.zeros(ALLOC_BYTES, dtype=cupy.uint8)
     base = int(buf.data.ptr)
     assert base % 256 == 0, f"allocation base {base:#x} is not 256-byte aligned"
@@ -329,7 +329,7 @@ def peer(gpu):
 
 
 def _cc_enum(peer, cls_name, value):
-    import cuda.core._tensor_map as tm
+    import cuda.core._tensor_map as tm  # lazy: optional GPU package (extras cu12/cu13)
     cls = getattr(tm, cls_name)
     for name in dir(cls):
         if not name.startswith("_"):
@@ -344,7 +344,7 @@ def _cc_enum(peer, cls_name, value):
 
 @pytest.mark.rule("encode.peer-agrees")
 def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
-    import cupy
+    import cupy  # lazy: CuPy: optional (extras), slow to import
     p = peer_case
     dt = DataType(p.dtype)
     shape = tuple(reversed(p.global_dim))
@@ -363,7 +363,7 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
         kw["data_type"] = _cc_enum(peer, "TensorMapDataType", dt)
     try:
         desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
-    except Exception as exc:
+    except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
         pytest.fail(f"cuda.core refused a map the driver encodes: {type(exc).__name__}: {exc}\n"
                     f"  params: {_params_text(q)}")
     theirs = peer.map_bytes(desc)
