@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import fixtures.host_encode as he
+from fixtures.tensormap import params as tp
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap import sweep
 from fixtures.host_encode import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
@@ -41,8 +42,8 @@ def _ignore(p, cc) -> tuple:
     """Rules a rule case does not check: below cc 10.0 the im2col-wide architecture rule
     is checked by test_im2col_wide_rejected_below_cc100 alone, so the wide cases still
     measure every other im2col-wide rule on this GPU."""
-    q = p.base if isinstance(p, he.ReplaceParams) else p
-    return (WIDE_ARCH,) if isinstance(q, he.Im2colWideParams) and tuple(cc) < (10, 0) else ()
+    q = p.base if isinstance(p, tp.ReplaceParams) else p
+    return (WIDE_ARCH,) if isinstance(q, tp.Im2colWideParams) and tuple(cc) < (10, 0) else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +51,7 @@ def _valid_sample(level: str) -> tuple:
     """Valid bases (tiled + im2col) for the byte-level checks, a fixed sample."""
     n = {"smoke": 4, "standard": 24, "full": 96}[level]
     out = []
-    for kind in (he.TILED, he.IM2COL):
+    for kind in (tp.TILED, tp.IM2COL):
         pool = [p for p in he.base_pool(kind) if not he.is_extra(p)]
         step = max(1, len(pool) // n)
         out += pool[::step][:n]
@@ -159,8 +160,8 @@ def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=N
 
 
 def _needs_wide(p):
-    q = p.base if isinstance(p, he.ReplaceParams) else p
-    if isinstance(q, he.Im2colWideParams) and not enc.has_im2col_wide():
+    q = p.base if isinstance(p, tp.ReplaceParams) else p
+    if isinstance(q, tp.Im2colWideParams) and not enc.has_im2col_wide():
         pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
 
 
@@ -170,14 +171,14 @@ ARCH_PROBES = ("dtype.packed_arch", "swizzle.atom_arch")
 
 def sm100_only(case, cc) -> bool:
     """A case of another rule on a map only sm_100 can encode (packed type, 128B_ATOM)."""
-    q = case.params.base if isinstance(case.params, he.ReplaceParams) else case.params
+    q = case.params.base if isinstance(case.params, tp.ReplaceParams) else case.params
     return tuple(cc) < (10, 0) and case.rule not in ARCH_PROBES and he.is_extra(q)
 
 def test_rule_case(encode_case, gpu, alloc, encode_log):
     """The driver's accept/reject equals the rules model's for one boundary case."""
     p, cc = encode_case.params, gpu.cc
     _needs_wide(p)
-    if isinstance(p, he.Im2colWideParams) and tuple(cc) < (10, 0):
+    if isinstance(p, tp.Im2colWideParams) and tuple(cc) < (10, 0):
         pytest.skip(f"needs sm_100: im2col-wide is documented for compute capability 10.0 and "
                     f"later only; on {cc[0]}.{cc[1]} test_im2col_wide_rejected_below_cc100 "
                     f"measures the architecture rule")
@@ -186,7 +187,7 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
                     f"compute capability {cc[0]}.{cc[1]} lacks; its rejection here is measured "
                     f"by the dtype.packed_arch / swizzle.atom_arch cases")
     verdict = he.evaluate(p, cc, _ignore(p, cc))
-    if isinstance(p, he.ReplaceParams):
+    if isinstance(p, tp.ReplaceParams):
         out = replace_params(p, alloc)
         if encode_log:
             encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
@@ -383,7 +384,7 @@ def test_field_case(field_case, gpu, alloc):
 @pytest.mark.rule("global_strides.mult16")
 def test_rank1_null_and_empty_strides_agree(gpu, alloc):
     """Rank 1 reads no stride: NULL, [] and a one-element list must give one answer."""
-    f16 = he.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
+    f16 = tp.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
                         element_strides=(1,))
     answers = {}
     for label, s in (("empty", ()), ("null", None), ("one", (512,))):

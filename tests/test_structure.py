@@ -1,5 +1,6 @@
 """The shape of the harness, checked on a CPU: the import direction between the
-sub-packages of fixtures/, every isolation target resolves, suites use public names
+sub-packages of fixtures/ (layers, features never importing each other, imports at the
+top, no re-export module), every isolation target resolves, suites use public names
 and no module-scoped fixture, every registered rule quotes its document, and a suite
 case without a registered rule is refused at collection."""
 from __future__ import annotations
@@ -14,9 +15,10 @@ from seeds import seed
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-CUDA, VOCAB, PLUGINS = "cuda_layer", "tensormap", "plugins"
+CUDA, VOCAB, BOX, ENGINE, PLUGINS = "cuda_layer", "tensormap", "tma_box", "engine", "plugins"
+# The shared layers, lowest first: each imports only the layers below it.
+LAYERS = (CUDA, VOCAB, BOX, ENGINE)
 FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store")
-SHARED = "fixtures.tma_load.through_map"      # the one module features share
 
 
 def _imports(path: Path, top_level_only: bool = False):
@@ -43,26 +45,28 @@ def _allowed(pkg: str, target: str) -> bool:
     other = parts[1] if parts[0] == "fixtures" and len(parts) > 1 else parts[0]
     if pkg == PLUGINS or other == pkg:
         return True
-    if pkg == CUDA:
-        return False
-    if pkg == VOCAB:
-        return other == CUDA
+    if pkg in LAYERS:
+        return other in LAYERS[:LAYERS.index(pkg)]
     if pkg in FEATURES:
-        return other in (CUDA, VOCAB) or target == SHARED or target.startswith(SHARED + ".")
+        return other in LAYERS
     return False
 
 
-def test_import_direction():
-    """The CUDA layer imports nothing above it; the vocabulary only the CUDA layer;
-    features the two below, and each other only through fixtures.tma_load.through_map;
-    the plugins anything; reports/ nothing of fixtures at import time."""
-    bad = []
+def _packages():
     for path in sorted(FIXTURES.rglob("*.py")):
         rel = path.relative_to(FIXTURES)
-        if len(rel.parts) < 2:
-            continue                                  # fixtures/__init__.py
-        pkg = rel.parts[0]
-        assert pkg in (CUDA, VOCAB, PLUGINS) + FEATURES, f"fixtures/{pkg}: not a known sub-package"
+        if len(rel.parts) >= 2:                       # not fixtures/__init__.py
+            yield path, rel, rel.parts[0]
+
+
+def test_import_direction():
+    """The shared layers import only the layers below them (the CUDA layer, the
+    tensor-map vocabulary, the box models, the engine); a feature imports the shared
+    layers and itself, never another feature; the plugins anything; reports/ nothing of
+    fixtures at import time."""
+    bad = []
+    for path, rel, pkg in _packages():
+        assert pkg in LAYERS + (PLUGINS,) + FEATURES, f"fixtures/{pkg}: not a known sub-package"
         for line, target in _imports(path):
             if not _allowed(pkg, target):
                 bad.append(f"fixtures/{rel}:{line} imports {target}")
@@ -71,6 +75,58 @@ def test_import_direction():
             if target.startswith("fixtures"):
                 bad.append(f"reports/{path.name}:{line} imports {target} at import time")
     assert not bad, "imports against the layering (fixtures/CONVENTIONS.md):\n  " + "\n  ".join(bad)
+
+
+def test_project_imports_are_at_the_top():
+    """fixtures/ and suites/ import the project's modules at the top of a module, where
+    the reader sees the edges (function-level imports hid two import cycles); the one
+    exception is the isolated child's entry point (``if __name__ == "__main__"``)."""
+    bad = []
+    for path in sorted(FIXTURES.rglob("*.py")) + sorted((ROOT / "suites").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for node in tree.body:
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                top.update(id(n) for n in ast.walk(node))
+        for node in ast.walk(tree):
+            if id(node) in top or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names]
+            if any(n.startswith(("fixtures", "reports")) for n in names):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "project imports inside functions:\n  " + "\n  ".join(bad)
+
+
+def test_no_module_re_exports_another_package():
+    """A module passes on only its own package's names: none imports another package's
+    names to hand them on (listing them in ``__all__``, or importing them under
+    ``# noqa: F401``). A package's ``__init__.py`` re-exports its own modules' names
+    (suites import the package), nothing of other packages. (The load feature's
+    ``through_map.py`` was such a module: it handed the load feature's model, cases and
+    runners to other features.)"""
+    bad = []
+    for path, rel, pkg in _packages():
+        text = path.read_text()
+        tree = ast.parse(text)
+        lines = text.splitlines()
+        exported = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                    for t in node.targets):
+                exported = set(ast.literal_eval(node.value))
+        for node in tree.body:
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("fixtures."):
+                continue
+            if node.module.split(".")[1] == pkg:
+                continue
+            handed_on = [a.asname or a.name for a in node.names if (a.asname or a.name) in exported]
+            noqa = any("noqa: F401" in lines[i - 1]
+                       for i in range(node.lineno, (node.end_lineno or node.lineno) + 1))
+            if handed_on or noqa:
+                bad.append(f"fixtures/{rel}:{node.lineno} hands on {node.module}: "
+                           f"{handed_on or [a.name for a in node.names]}")
+    assert not bad, "re-exports of another package's names:\n  " + "\n  ".join(bad)
 
 
 def _isolation_targets() -> dict[str, str]:
