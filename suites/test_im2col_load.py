@@ -59,7 +59,7 @@ im2col_batches = engine.batch_fixture("im2col_batches", "im2col_case", data_case
 wide_batches = engine.batch_fixture("wide_batches", "wide_case", tl.wide_cases, tl.WIDE)
 
 
-def _mismatch_message(case, got: bytes, want: bytes) -> str:
+def mismatch_message(case, got: bytes, want: bytes) -> str:
     """Which pixels and channels differ: the first few bytes, each with the pixel's
     tensor position and channel (fixtures.tma_box.im2col.describe_offset)."""
     p = case.load
@@ -84,7 +84,7 @@ def test_im2col_load(im2col_case, im2col_batches):
     want = im2col.load(case.load, tl.IM2COL.tensor(case), 0)
     check(want.kind == "data", "tma-model", cid, f"the model answers {want.kind} for a data case")
     if run.image != want.data:
-        fail(rule, cid, _mismatch_message(case, run.image, want.data))
+        fail(rule, cid, mismatch_message(case, run.image, want.data))
 
 
 @pytest.mark.isolated

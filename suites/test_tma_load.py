@@ -47,7 +47,7 @@ def pytest_generate_tests(metafunc):
 tma_batches = engine.batch_fixture("tma_batches", "load_case", data_cases, tl.TILED)
 
 
-def _mismatch_message(case, got: bytes, want: bytes) -> str:
+def mismatch_message(case, got: bytes, want: bytes) -> str:
     p = case.load
     return engine.byte_mismatch(
         got, want, f"box bytes {tiled.smem_bytes(p)}, counts {tiled.box_counts(p)}, "
@@ -70,7 +70,7 @@ def test_tma_load(load_case, tma_batches):
     want = tiled.load(load_case.load, tl.TILED.tensor(load_case), 0)
     check(want.kind == "data", "tma-model", cid, f"the model answers {want.kind} for a data case")
     if run.image != want.data:
-        fail("tma-load.model", cid, _mismatch_message(load_case, run.image, want.data))
+        fail("tma-load.model", cid, mismatch_message(load_case, run.image, want.data))
 
 
 _SEED004 = {c.id: c for c in tiled_cases.seed004_count_cases()}
@@ -167,4 +167,4 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
                         Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
     want = tiled.load(p, engine.device_maps.pool_host(), 0).data
     if v["image"] != want:
-        fail(rule, case_id, _mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))
+        fail(rule, case_id, mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))
