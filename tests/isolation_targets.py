@@ -53,3 +53,18 @@ def batch(keys, trap=(), hang=(), crash=(), together=()):
 def poison_with_error():
     poison()
     cuda_fault()
+
+
+def stopping(keys, stop=(), poisoned=True):
+    """Cases run one after another, knowing which one faulted: at the first key in
+    ``stop`` (a trap, the context poisoned unless ``poisoned`` is false) it returns
+    isolation.Stopped with the results before it, the key and why."""
+    from fixtures.cuda_layer.isolation import Stopped
+    done = {}
+    for k in keys:
+        if k in stop:
+            if poisoned:
+                poison()
+            return Stopped(done, k, f"{k} trapped in pid {os.getpid()}")
+        done[k] = f"ran {k}"
+    return done
