@@ -68,3 +68,16 @@ def stopping(keys, stop=(), poisoned=True):
             return Stopped(done, k, f"{k} trapped in pid {os.getpid()}")
         done[k] = f"ran {k}"
     return done
+
+
+class TxOverride:
+    """A tiled load operation's ``tx_override`` that crosses into the isolated child
+    (pickled with the operation, by this module's name): the mbarrier byte count of the
+    cases named in ``counts``; every other case keeps its box's bytes."""
+
+    def __init__(self, counts: dict):
+        self.counts = dict(counts)
+
+    def __call__(self, case) -> int:
+        from fixtures.tma_box import tiled
+        return self.counts.get(case.id, tiled.smem_bytes(case.load))
