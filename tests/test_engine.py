@@ -469,7 +469,7 @@ def _fake_encoder(addresses):
     return fake_encode
 
 
-def _launch_faked(kind, monkeypatch):
+def _launch_faked(kind, monkeypatch, op=None):
     import sys
     import fixtures.engine.launch as launch
     import fixtures.tensormap.encode as enc
@@ -484,7 +484,7 @@ def _launch_faked(kind, monkeypatch):
     monkeypatch.setattr(load_ops, "encode_tiled", fake)
     cases = _hand_cases(kind)
     module = _FakeModule(cp)
-    runs = engine.run_batch(module, OPS[kind], cases)
+    runs = engine.run_batch(module, op or OPS[kind], cases)
     return cp, module, cases, runs, addresses
 
 
@@ -561,3 +561,16 @@ def test_run_batch_lays_out_encodes_launches_and_checks(kind, monkeypatch):
     else:
         assert len(module.launches) == 1
         assert all(r.load_status is None for r in runs)
+
+
+def test_each_image_starts_16_byte_aligned_in_the_output(monkeypatch):
+    """The tiled load copying 4 bytes past each box (``extra_copy``, as the seed-004 probe
+    does): images of 160 + 4, 160 + 4 and 256 + 4 bytes lie at output offsets 0,
+    176 (164 rounded up to 16) and 352 (176 + 176), each row naming its offset."""
+    cp, module, cases, runs, _ = _launch_faked("tiled", monkeypatch,
+                                               replace(tl.TILED, extra_copy=4))
+    rows = np.asarray(module.launches[0][3][1])
+    assert rows[:, -3].tolist() == [164, 164, 260]  # row: coords[5], tx, copy bytes, dst, out
+    assert rows[:, -1].tolist() == [0, 176, 352]
+    for r, at, n in zip(runs, (0, 176, 352), (164, 164, 260)):
+        assert r.image == bytes((at + j) % 256 for j in range(n)), r.case_id
