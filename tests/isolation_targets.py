@@ -53,3 +53,31 @@ def batch(keys, trap=(), hang=(), crash=(), together=()):
 def poison_with_error():
     poison()
     cuda_fault()
+
+
+def stopping(keys, stop=(), poisoned=True):
+    """Cases run one after another, knowing which one faulted: at the first key in
+    ``stop`` (a trap, the context poisoned unless ``poisoned`` is false) it returns
+    isolation.Stopped with the results before it, the key and why."""
+    from fixtures.cuda_layer.isolation import Stopped
+    done = {}
+    for k in keys:
+        if k in stop:
+            if poisoned:
+                poison()
+            return Stopped(done, k, f"{k} trapped in pid {os.getpid()}")
+        done[k] = f"ran {k}"
+    return done
+
+
+class TxOverride:
+    """A tiled load operation's ``tx_override`` that crosses into the isolated child
+    (pickled with the operation, by this module's name): the mbarrier byte count of the
+    cases named in ``counts``; every other case keeps its box's bytes."""
+
+    def __init__(self, counts: dict):
+        self.counts = dict(counts)
+
+    def __call__(self, case) -> int:
+        from fixtures.tma_box import tiled
+        return self.counts.get(case.id, tiled.smem_bytes(case.load))

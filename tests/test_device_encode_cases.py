@@ -10,6 +10,8 @@ import pytest
 from fixtures.cuda_layer import build
 from fixtures import device_encode as de
 from fixtures.device_encode import field_sweep
+from fixtures.engine import device_maps as dm
+from fixtures.tensormap import replace as rp
 from fixtures.tensormap.enums import DTYPES, PTX_SWIZZLE, DataType, Interleave, OobFill, Swizzle
 
 
@@ -65,7 +67,7 @@ def test_whole_maps_at_least_1000(cases):
 def test_ptx_values_come_from_the_enum_table():
     t = de.make_map(3, (32, 3, 3), (32, 2, 2), il=Interleave.B32, swz=Swizzle.B32,
                     dtype=DataType.BFLOAT16, fill=OobFill.NAN_REQUEST_ZERO_FMA, strides=(64, 192))
-    ops = {(o.field, o.ord): o.value for o in de.full_program(t)}
+    ops = {(o.field, o.ord): o.value for o in rp.full_program(t)}
     assert ops[("elemtype", 0)] == DTYPES[DataType.BFLOAT16].ptx_elemtype == 10
     assert ops[("rank", 0)] == 2          # seed 003: rank - 1
     assert ops[("interleave_layout", 0)] == 2
@@ -74,9 +76,9 @@ def test_ptx_values_come_from_the_enum_table():
     assert ops[("global_stride", 1)] == 192        # bytes (triton#5408)
     assert ("swizzle_atomicity", 0) not in ops
     t100 = t.with_(swizzle=Swizzle.B128_ATOM_64B)
-    ops100 = {(o.field, o.ord): o.value for o in de.full_program(t100, sm=100)}
+    ops100 = {(o.field, o.ord): o.value for o in rp.full_program(t100, sm=100)}
     assert ops100[("swizzle_mode", 0)] == 3 and ops100[("swizzle_atomicity", 0)] == PTX_SWIZZLE[Swizzle.B128_ATOM_64B][1]
-    alias = {o.field for o in de.full_program(t, style="ptxwrap-elemsize")}
+    alias = {o.field for o in rp.full_program(t, style="ptxwrap-elemsize")}
     assert "element_size" in alias and "element_stride" not in alias
 
 
@@ -87,7 +89,7 @@ def test_single_field_programs(cases):
             assert len(c.ops) == 1, c.id
             # the template differs from the target in that parameter only
             assert c.template.with_(**{"address": c.target.address}) != c.target or c.key == "global_address"
-        assert len(c.ops) <= de.MAX_OPS
+        assert len(c.ops) <= dm.MAX_OPS
 
 
 def test_loads_stay_inside_the_pool(cases):
@@ -96,7 +98,7 @@ def test_loads_stay_inside_the_pool(cases):
     for c in f + w:
         for co in c.loads:
             n += 1
-            assert c.target.address + de.reach(c.target, co) <= de.POOL_BYTES, c.id
+            assert c.target.address + de.reach(c.target, co) <= dm.POOL_BYTES, c.id
     assert n > 3000
 
 
@@ -106,18 +108,18 @@ def test_targets_are_valid_for_the_model(cases):
     for c in f + w:
         if c.min_sm > 90:
             continue
-        assert not tma_model.rule_violations(de.to_tiled_load(c.target, (0,) * c.target.rank)), c.id
+        assert not tma_model.rule_violations(dm.to_tiled_load(c.target, (0,) * c.target.rank)), c.id
         for co in c.loads:
-            assert tma_model.trap_reason(de.to_tiled_load(c.target, co)) is None, c.id
+            assert tma_model.trap_reason(dm.to_tiled_load(c.target, co)) is None, c.id
 
 
 def test_field_codes_match_kernel():
-    src = (build.KERNEL_DIR / de.KERNEL_SOURCE).read_text()
-    for name, code in de.FIELD_CODES.items():
+    src = (build.KERNEL_DIR / dm.KERNEL_SOURCE).read_text()
+    for name, code in rp.FIELD_CODES.items():
         assert re.search(rf"FIELD_{name.upper()} = {code}\b", src), name
-    assert re.search(rf"MAPS_PER_BLOCK = {de.MAPS_PER_BLOCK}\b", src)
-    assert re.search(rf"NPARAM = {de.NPARAM}\b", src)
-    assert de.OP_DTYPE.itemsize == 16
+    assert re.search(rf"MAPS_PER_BLOCK = {dm.MAPS_PER_BLOCK}\b", src)
+    assert re.search(rf"NPARAM = {dm.NPARAM}\b", src)
+    assert rp.OP_DTYPE.itemsize == 16
 
 
 def test_value_ids():
@@ -127,57 +129,111 @@ def test_value_ids():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_kernel_builds(arch, tmp_path):
-    b = build.compile_kernel(de.KERNEL_SOURCE, arch=arch, cache_dir=tmp_path)
+    b = build.compile_kernel(dm.KERNEL_SOURCE, arch=arch, cache_dir=tmp_path)
     assert b.cubin[:4] == b"\x7fELF"
 
 
 def test_atomicity_is_a_build_error_on_sm90a(tmp_path):
     with pytest.raises(build.BuildError, match="swizzle_atomicity"):
-        build.compile_kernel(de.KERNEL_SOURCE, arch="sm_90a", defines={"TMAC_DE_PROBE": 1},
+        build.compile_kernel(dm.KERNEL_SOURCE, arch="sm_90a", defines={"TMAC_DE_PROBE": 1},
                              cache_dir=tmp_path)
 
 
-class _Out:
-    def __init__(self, value, kind="returned"):
-        self.value, self.kind = value, kind
-
-    def __str__(self):
-        return self.kind
+TRAP = "CUDA_ERROR_ILLEGAL_INSTRUCTION"
 
 
-def _fake_child(bad, calls):
-    """An isolated_loads stand-in: runs ids in order, stops at the first bad one."""
-    def call(ids):
-        calls.append(list(ids))
-        loads = {}
+class _Kernels:
+    def __init__(self):
+        self.cache_dir, self.built = "/kc", []
+
+    def build(self, source, arch):
+        self.built.append((source, arch))
+
+
+def _load_batches(monkeypatch, cases, make_child):
+    """LoadBatches of ``cases`` (sm 90), the ids of its first batch of at least 10 cases,
+    and the calls of the isolated child, replaced by ``make_child(those ids)``."""
+    from types import SimpleNamespace
+    import fixtures.device_encode.runner as runner
+    calls = []
+
+    def fake_run_isolated(target, sm, arch, cache_dir, cs, *, device, timeout):
+        assert (target, sm, arch, cache_dir) == (
+            "fixtures.device_encode.runner:isolated_loads", 90, "sm_90a", "/kc")
+        ids = [c.id for c in cs]
+        calls.append(ids)
+        return child(ids)
+
+    monkeypatch.setattr(runner, "run_isolated", fake_run_isolated)
+    f, w = cases
+    b = de.LoadBatches(90, SimpleNamespace(arch="sm_90a", sm=90, ordinal=0), _Kernels(), f + w,
+                       None)
+    ids = next(m for m in b.batches.members.values() if len(m) >= 10)
+    child = make_child(ids)
+    return b, ids, calls
+
+
+def _stopping_child(bad):
+    """An isolated_loads stand-in: runs ids in order and stops at the first bad one, as
+    load_cases does (the loads before it kept, its trap named through trap_why: the
+    context is poisoned, so the outcome is cuda_error with the value kept)."""
+    from fixtures.cuda_layer.isolation import Outcome, Stopped
+    from fixtures.device_encode.runner import trap_why
+
+    def child(ids):
+        done = {}
         for i in ids:
             if i in bad:
-                return _Out({"loads": loads, "trap": de.Trap(i, bad[i], "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
-                             "base": 0}, "cuda_error")
-            loads[i] = [f"run-{i}"]
-        return _Out({"loads": loads, "trap": None, "base": 0})
-    return call
+                return Outcome("cuda_error", Stopped(done, i, trap_why(bad[i], TRAP)),
+                               error=TRAP, poisoned=True)
+            done[i] = [f"run-{i}"]
+        return Outcome("returned", done)
+    return child
 
 
-def test_loads_with_recovery_names_each_trap_and_keeps_the_rest():
-    ids = [f"c{i}" for i in range(10)]
-    calls = []
-    loads, why = de.loads_with_recovery(ids, _fake_child({"c2": "device", "c7": "host"}, calls))
-    assert len(calls) == 3 and calls[1][0] == "c3" and calls[2][0] == "c8"
-    assert set(why) == {"c2", "c7"}
-    assert "DEVICE-encoded map trapped" in why["c2"] and "HOST map" in why["c7"]
-    assert set(loads) == set(ids) - {"c2", "c7"}
+def test_a_trapping_load_fails_its_own_case_and_the_batch_goes_on(cases, monkeypatch):
+    """Two traps in a batch (c2's device map, c7's host map): three calls of the child,
+    the second starting after c2 and the third after c7; each trapping case names its map;
+    every other case has its loads."""
+    b, ids, calls = _load_batches(
+        monkeypatch, cases, lambda ids: _stopping_child({ids[2]: "device", ids[7]: "host"}))
+    case = {c: b.by_id[c] for c in ids}
+    assert b.of(case[ids[0]]) == ([f"run-{ids[0]}"], "")
+    assert calls == [ids, ids[3:], ids[8:]]
+    assert b.kernels.built == [("device_encode.cu", "sm_90a")]
+    runs, why = b.of(case[ids[2]])
+    assert runs is None and f"the load through the DEVICE-encoded map trapped the context ({TRAP})" in why
+    runs, why = b.of(case[ids[7]])
+    assert runs is None and f"the load through the HOST map (cuTensorMapEncodeTiled of the target) " \
+                            f"trapped the context ({TRAP})" in why
+    for i in ids:
+        if i not in (ids[2], ids[7]):
+            assert b.of(case[i]) == ([f"run-{i}"], ""), i
+    assert len(calls) == 3
 
 
-def test_loads_with_recovery_gives_up_loudly():
-    ids = [f"c{i}" for i in range(10)]
-    loads, why = de.loads_with_recovery(ids, _fake_child({i: "device" for i in ids}, []),
-                                        max_traps=3)
-    assert set(why) == set(ids) and not loads
-    assert all("trapped" in why[i] for i in ids[:3])
-    assert all("given up" in why[i] for i in ids[3:])
-    loads, why = de.loads_with_recovery(ids, lambda i: _Out(None, "crashed"))
-    assert set(why) == set(ids) and all("crashed" in w for w in why.values())
+def test_traps_are_bounded_and_a_crash_is_named(cases, monkeypatch):
+    """Every device map traps: the first 8 (run_contained's max_faults) each name their
+    trap, the rest of the batch is not run and says why; a child that dies on every call
+    fails each case it ran alone with the crash, and the rest the same way."""
+    b, ids, calls = _load_batches(monkeypatch, cases,
+                                  lambda ids: _stopping_child({i: "device" for i in ids}))
+    whys = [b.of(b.by_id[i]) for i in ids]
+    assert all(runs is None for runs, _ in whys)
+    assert all("DEVICE-encoded map trapped" in w for _, w in whys[:8])
+    assert all(w == f"not run: 8 cases of its batch faulted already (last: {ids[7]})"
+               for _, w in whys[8:])
+    assert calls == [ids[k:] for k in range(8)]
+    from fixtures.cuda_layer.isolation import Outcome
+    crashed = Outcome("crashed", error="child exited with status 3", poisoned=True)
+    b, ids, calls = _load_batches(monkeypatch, cases, lambda ids: lambda i: crashed)
+    whys = [b.of(b.by_id[i])[1] for i in ids]
+    # the batch, then each case alone until one dies alone: the first, every time
+    assert calls[:3] == [ids, ids[:1], ids[1:]]
+    assert whys[0] == (f"the isolated child died: child exited with status 3 (run alone in the "
+                       f"isolated child, after its batch of {len(ids)} faulted)")
+    assert all("the isolated child died" in w for w in whys[:8])
+    assert all(w.startswith("not run: 8 cases of its batch faulted already") for w in whys[8:])
 
 
 def test_box0_values_have_valid_host_geometry(cases):

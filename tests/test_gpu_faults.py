@@ -6,14 +6,18 @@ that hangs: each fails its own case only, names what happened, and the run's
 reports are complete."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+import fixtures.tma_load as tl
+from fixtures.engine import Batches
 from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.cuda_layer.batching import bucket
 from fixtures.tensormap.enums import Interleave
-from fixtures.tma_load.runner import LoadBatches
 
+from isolation_targets import TxOverride
 from nested_run import make_tree, pytest_run, results, states
 
 
@@ -28,12 +32,14 @@ def one_batch(n: int) -> list:
     return mine
 
 
-def in_bucket(case, params: dict, tag: str):
-    """A case made from ``params`` whose id shares ``case``'s bucket (so its batch)."""
+def in_bucket(case, load, tag: str):
+    """A case of ``load`` (over ``case``'s tensor) whose id shares ``case``'s bucket (so
+    its batch); the model says whether it is data or a trap."""
     for k in range(10_000):
         cid = f"{case.id}-{tag}{k}"
         if bucket(cid) == bucket(case.id):
-            return tma_cases.case_from_params(dict(params, id=cid))
+            return replace(case, id=cid, load=load,
+                           expect="trap" if tma_model.trap_reason(load) else "data")
     raise AssertionError("no id in the bucket")
 
 
@@ -49,12 +55,12 @@ def test_an_unexpected_trap_in_a_load_batch_fails_its_own_case_only(gpu, kernels
     16-byte alignment), in the middle of a batch: it fails naming the trap; every other
     case of the batch still loads the model's tile; the worker's own context is intact."""
     cases = one_batch(12)
-    params = cases[5].params()
-    params["coords"] = [params["coords"][0] + 1] + params["coords"][1:]
-    trap = in_bucket(cases[5], params, "unaligned")
+    load = cases[5].load
+    trap = in_bucket(cases[5], replace(load, coords=(load.coords[0] + 1,) + load.coords[1:]),
+                     "unaligned")
     assert trap.expect == "trap", "the made case must be a trap by the model's rule"
     batch = cases[:6] + [trap] + cases[6:]
-    b = LoadBatches(gpu, kernels, batch)
+    b = Batches(gpu, kernels, batch, tl.TILED)
     assert len(b.batches.members) == 1, "all in one batch"
     with pytest.raises(AssertionError, match="it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION") as info:
         b.result(trap)
@@ -72,9 +78,10 @@ def test_a_hanging_load_fails_its_own_case_naming_the_timeout(gpu, kernels):
     hang = cases[1]
     # (1 << 20) - 1: the largest count an mbarrier takes (one more traps); no load of
     # these cases delivers that many bytes, and the wait's bound is ~146 years
-    b = LoadBatches(gpu, kernels, cases, call_timeout=15.0,
-                    tx_override={hang.id: (1 << 20) - 1}, timeout_ns=1 << 62)
-    with pytest.raises(AssertionError, match="it hung: no answer from fixtures.tma_load.runner:batch_target "
+    op = replace(tl.TILED, call_timeout=15.0, tx_override=TxOverride({hang.id: (1 << 20) - 1}),
+                 timeout_ns=1 << 62)
+    b = Batches(gpu, kernels, cases, op)
+    with pytest.raises(AssertionError, match="it hung: no answer from fixtures.engine.batches:run_cases "
                                              "within 15 s"):
         b.result(hang)
     for c in (cases[0], cases[2]):

@@ -113,3 +113,49 @@ def test_faults_are_bounded(runner):
                                  max_faults=2)
     assert set(why) == set(KEYS) and not results
     assert "not run: 2 cases of its batch faulted already (last: c1)" in why["c2"]
+
+
+# run_contained with a target that knows which case faulted (isolation.Stopped)
+def stopped_calls(runner, keys, max_faults=8, **options):
+    from fixtures.cuda_layer.isolation import run_contained
+    calls = []
+
+    def one(ids):
+        calls.append(list(ids))
+        return call(runner, "stopping", ids, timeout=10.0, **options)
+    return run_contained(keys, one, max_faults=max_faults), calls
+
+
+@pytest.mark.parametrize("poisoned", [True, False])
+def test_a_stopped_case_gets_its_why_and_the_rest_runs_on(runner, poisoned):
+    """c2 and c5 stop their calls: the results before each stop are kept, the stopped
+    case gets the target's why, and the rest runs on in the next call (a fresh child
+    after a poisoned context), with no bisection: three calls in all."""
+    (results, why), calls = stopped_calls(runner, KEYS, stop=["c2", "c5"], poisoned=poisoned)
+    assert calls == [KEYS, KEYS[3:], KEYS[6:]]
+    assert results == {k: f"ran {k}" for k in KEYS if k not in ("c2", "c5")}
+    assert sorted(why) == ["c2", "c5"]
+    assert why["c2"].startswith("c2 trapped in pid ") and why["c5"].startswith("c5 trapped in pid ")
+    pid = {k: why[k].rsplit(" ", 1)[1] for k in why}
+    if poisoned:        # each stop poisoned its child: c5 stopped in the second one
+        assert pid["c2"] != pid["c5"] and runner.started == 3
+    else:
+        assert pid["c2"] == pid["c5"] and runner.started == 1
+
+
+def test_stopped_faults_are_bounded(runner):
+    """max_faults=2: after the second stop (c3) the rest of the batch is not run, each
+    case naming the last one that faulted."""
+    (results, why), calls = stopped_calls(runner, KEYS, max_faults=2, stop=["c1", "c3", "c5"])
+    assert calls == [KEYS, KEYS[2:]]
+    assert results == {"c0": "ran c0", "c2": "ran c2"}
+    assert sorted(why) == ["c1", "c3", "c4", "c5", "c6", "c7"]
+    assert why["c3"].startswith("c3 trapped in pid ")
+    for k in ("c4", "c5", "c6", "c7"):
+        assert why[k] == "not run: 2 cases of its batch faulted already (last: c3)"
+
+
+def test_a_stop_at_the_last_case_ends_the_batch(runner):
+    (results, why), calls = stopped_calls(runner, KEYS, stop=["c7"], poisoned=False)
+    assert calls == [KEYS] and list(why) == ["c7"]
+    assert results == {k: f"ran {k}" for k in KEYS[:7]}

@@ -4,6 +4,8 @@ import re
 import pytest
 
 import fixtures.tma_load as tl
+from fixtures.engine.device_maps import template_for
+from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
 from fixtures.tensormap.params import load_to_dict
 
 mc = tl.multicast
@@ -91,13 +93,13 @@ def test_params_round_trip():
 def test_expected_images():
     c = next(c for c in mc.generate("standard") if c.src not in c.destinations)
     inside = mc.expected(c, c.destinations[0])
-    assert inside == tl.load(c.load, mc.global_bytes(c), 0).data
-    assert mc.expected(c, c.src) == bytes([tl.POISON]) * tl.copy_bytes(c.load)
+    assert inside == tiled.load(c.load, mc.global_bytes(c), 0).data
+    assert mc.expected(c, c.src) == bytes([tiled.POISON]) * tiled.copy_bytes(c.load)
     assert inside != mc.expected(c, c.src)       # the check tells a delivered box from poison
     # the data are the tiled case's own
-    tiled = {t.id: t for t in tl.generate("standard")}[c.data_id]
-    assert (mc.global_bytes(c) == tl.global_bytes(tiled)).all()
-    assert load_to_dict(tiled.load) == load_to_dict(c.load)
+    load = {t.id: t for t in tiled_cases.generate("standard")}[c.data_id]
+    assert (mc.global_bytes(c) == tiled_cases.global_bytes(load)).all()
+    assert load_to_dict(load.load) == load_to_dict(c.load)
 
 
 def test_expected_im2col_images():
@@ -105,13 +107,13 @@ def test_expected_im2col_images():
     suite's own tensor bytes; a CTA outside the mask its poison."""
     c = next(c for c in mc.generate("standard") if c.mode == "im2col" and
              c.mask != (1 << c.cluster) - 1)
-    i2c = {t.id: t for t in tl.generate_im2col("standard")}[c.data_id]
-    assert (mc.global_bytes(c) == tl.im2col_global_bytes(i2c)).all()
-    want = tl.im2col.load(c.load, mc.global_bytes(c)).data
+    i2c = {t.id: t for t in im2col_cases.generate("standard")}[c.data_id]
+    assert (mc.global_bytes(c) == im2col_cases.global_bytes(i2c)).all()
+    want = im2col.load(c.load, mc.global_bytes(c)).data
     assert mc.expected(c, c.destinations[0]) == want
     outside = next(r for r in range(c.cluster) if not c.receives(r))
-    assert mc.expected(c, outside) == bytes([tl.POISON]) * tl.im2col.copy_bytes(c.load)
-    assert c.tx_bytes == tl.im2col.tx_bytes(c.load)
+    assert mc.expected(c, outside) == bytes([tiled.POISON]) * im2col.copy_bytes(c.load)
+    assert c.tx_bytes == im2col.tx_bytes(c.load)
     assert mc.case_from_params(c.params()) == c
 
 
@@ -124,6 +126,7 @@ def test_every_mode_and_interleave_in_the_sweep():
 def test_templates_are_other_tensors():
     for c in mc.generate("standard"):
         if c.built == "template":
-            t = mc.template_for(c)
+            t = template_for(c.id, c.load.dtype, c.rank)
+            assert tl.MULTICAST.template(c) == t         # the one the launch starts from
             assert t.dtype != c.load.dtype and t.rank != c.rank
             assert t.dtype.name not in ("TFLOAT32", "TFLOAT32_FTZ")

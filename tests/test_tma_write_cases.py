@@ -1,13 +1,21 @@
 """CPU self-tests of the TMA write suites' cases and checks (fixtures/tma_store: reductions,
-the runner's span arithmetic, the write checks; fixtures/tma_load/prefetch.py)."""
+the span arithmetic, the write checks against an engine Run; fixtures/tma_load/prefetch.py
+and its kernel row)."""
 from __future__ import annotations
+
+import pickle
+import re
 
 import numpy as np
 import pytest
 
 import fixtures.tma_load as tl
 import fixtures.tma_store as ts
-from fixtures.cuda_layer import status as st
+from fixtures.cuda_layer import build, status as st
+from fixtures.engine import Run
+from fixtures.engine.pool import GLOBAL_GUARD
+from fixtures.tma_box import im2col as im, tiled as tm
+from fixtures.tma_store.checks import expected_load
 from fixtures.tensormap.enums import DTYPES
 from fixtures.tensormap.registry import RuleFailure
 from fixtures.tma_store import reduce_cases as rc
@@ -67,8 +75,8 @@ def test_tail_suffix_marks_exactly_the_boxes_over_a_partial_chunk():
 
 def _run_of(case, after_span, before_span, status=st.OK):
     diff = np.flatnonzero(after_span != before_span)
-    return ts.WriteRun(case.id, "CUDA_SUCCESS", status, diff.astype(np.int64),
-                       after_span[diff].tobytes())
+    return Run(case.id, "CUDA_SUCCESS", status, changed_at=diff.astype(np.int64),
+               changed_to=after_span[diff].tobytes())
 
 
 def test_check_write_passes_the_model_and_names_a_partial_chunk_write():
@@ -112,9 +120,19 @@ def test_prefetch_cases(level):
     for c in cases:
         assert c.id == f"{c.mode}-{c.source.id}"
         assert (c.expect == "trap") == (c.source.expect == "trap")
-        assert tl.prefetch.case_from_params(c.params()) == c
-        row = tl.prefetch._row(c)
-        assert len(row) == tl.prefetch.NPARAM and row[0] == tl.prefetch.MODE_CODE[c.mode]
+        assert pickle.loads(pickle.dumps(c)) == c          # cases cross as themselves
+        # kernels/tma_prefetch.cu's row: mode (0 tile, 1 im2col), rank, coords[5], offsets[3]
+        p = c.source.load
+        row = tl.PREFETCH.row(c, 0, 0, 0)
+        assert len(row) == PREFETCH_NPARAM and row[:2] == [MODE[c.mode], c.rank], c.id
+        assert row[2:2 + c.rank] == list(p.coords) and not any(row[2 + c.rank:7]), c.id
+        offsets = list(p.offsets) if c.mode == "im2col" else []
+        assert row[7:] == offsets + [0] * (3 - len(offsets)), c.id
+
+
+MODE = {"tile": 0, "im2col": 1}       # kernels/tma_prefetch.cu: mode 0 .tile, mode 1 .im2col
+PREFETCH_NPARAM = int(re.search(r"#define TMA_PREFETCH_NPARAM (\d+)",
+                                (build.KERNEL_DIR / "tma_prefetch.cu").read_text()).group(1))
 
 
 def test_disallowed_pairs_are_left_out_of_the_sweep():
@@ -134,8 +152,7 @@ def test_variant_cases(level):
         assert getattr(c, field_) == value and c.rule == sc.VARIANT_RULES[field_]
         assert "-tail16" not in c.id and min(c.store.coords) >= 0
         assert not (c.built == "template" and c.store.dtype in sc.TF32_TYPES)
-        from fixtures.tma_store.runner import case_from_params
-        assert case_from_params(c.params()) == c
+        assert pickle.loads(pickle.dumps(c)) == c          # cases cross as themselves
     ops = {c.op for c in reds}
     assert ops == ({"add"} if level == "smoke" else set(rm.OPS))
     assert len({c.id for c in stores + reds}) == len(stores) + len(reds)
@@ -145,7 +162,6 @@ def test_variant_cases(level):
 def test_a_load_back_that_misses_the_write_fails():
     """A load-back variant passes on the model's image and fails, naming the load, when the
     image is the load of the tensor before the write."""
-    from fixtures.tma_store.runner import expected_load
     c = next(c for c in ts.variant_cases("standard") if c.order == "after-wait")
     tensor, smem = ts.write_data(c)
     before = ts.span_before(c, tensor)
@@ -167,11 +183,31 @@ def test_a_map_the_device_did_not_build_fails():
     tensor, smem = ts.write_data(c)
     before = ts.span_before(c, tensor)
     run = _run_of(c, np.frombuffer(ts.expected_span(c, tensor, smem), dtype=np.uint8), before)
-    run.build_status = "ok"
-    ts.check_write(c, run, "store")
-    run.build_status = "timeout: the mbarrier wait passed its bound (TMA never completed)"
-    with pytest.raises(RuleFailure, match="was not built"):
+    with pytest.raises(RuleFailure) as e:                      # no build status: not built
         ts.check_write(c, run, "store")
+    assert str(e.value).endswith("from 128 zero bytes) was not built: it was not built")
+    run.build_status = st.OK
+    ts.check_write(c, run, "store")
+    run.build_status = st.TIMEOUT
+    with pytest.raises(RuleFailure) as e:
+        ts.check_write(c, run, "store")
+    assert str(e.value).startswith(f"[rule tma-write.device-built-map] [case {c.id}] ")
+    assert str(e.value).endswith(
+        "was not built: the building warp reported timeout: the mbarrier wait passed its "
+        "bound (TMA never completed)")
+    # a "template" build whose template (a host map of another tensor) did not encode
+    t = next(c for c in ts.variant_cases("standard") if c.built == "template")
+    tensor, smem = ts.write_data(t)
+    run = _run_of(t, np.frombuffer(ts.expected_span(t, tensor, smem), dtype=np.uint8),
+                  ts.span_before(t, tensor))
+    run.build_status, run.template_status = st.OK, "CUDA_SUCCESS"
+    ts.check_write(t, run, "store")
+    run.template_status = "CUDA_ERROR_INVALID_VALUE"
+    with pytest.raises(RuleFailure) as e:
+        ts.check_write(t, run, "store")
+    assert str(e.value).endswith("(tensormap.replace of every field, from a host map of another "
+                                 "tensor) was not built: its template did not encode: "
+                                 "CUDA_ERROR_INVALID_VALUE")
 
 
 def test_the_im2col_write_model_is_the_load_run_backwards():
@@ -179,7 +215,6 @@ def test_the_im2col_write_model_is_the_load_run_backwards():
     (offsets 0) reads from where the load puts it: loading the tensor after the store gives
     back the source at every in-bounds position (TF32 aside: the load rounds, the store
     keeps the bits as a tiled store does), and nothing else of the tensor changes."""
-    from fixtures.tma_load.through_map import im2col_model as im, tiled_model as tm
     from fixtures.tma_store import im2col as iw
     stores = [c for c in iw.generate("standard") if c.op == "store"]
     assert {c.load.rank for c in stores} == {3, 4, 5}
@@ -231,7 +266,6 @@ def test_im2col_write_cases_keep_to_what_was_measured():
     the corner cases have a negative lower corner and every element inside the tensor,
     or a positive upper corner and a pixel past the spatial edge; the standard sweep covers every non-packed type, every swizzle, ranks 3-5
     and the three positions."""
-    from fixtures.tma_load.through_map import im2col_model as im
     from fixtures.tensormap.enums import Interleave
     from fixtures.tma_store import im2col as iw
     for level, lo, hi in (("smoke", 6, 20), ("standard", 1000, 3000)):
@@ -261,16 +295,14 @@ def test_an_im2col_write_that_misses_fails_its_rule_and_names_the_byte():
     [rule tma-store.im2col] [case id], the map's corners, and which pixel and channel the
     byte belongs to."""
     from fixtures.tensormap.registry import RuleFailure
-    from fixtures.tma_store import im2col as iw, runner
+    from fixtures.tma_store import im2col as iw
     c = next(c for c in iw.generate("standard") if c.op == "store" and c.id.endswith("-inside"))
-    tensor, smem = runner.data(c)
-    before = runner.span_before(c, tensor)
-    want = np.frombuffer(runner.expected_span(c, tensor, smem), dtype=np.uint8).copy()
+    tensor, smem = ts.write_data(c)
+    before = ts.span_before(c, tensor)
+    want = np.frombuffer(ts.expected_span(c, tensor, smem), dtype=np.uint8).copy()
     goff, _ = iw.element_pairs(c.load)
-    want[runner.GUARD + int(goff[0])] ^= 0x40
-    at = np.flatnonzero(want != before)
-    run = runner.WriteRun(c.id, "CUDA_SUCCESS", status=0, changed_at=at,
-                          changed_to=want[at].tobytes())
+    want[GLOBAL_GUARD + int(goff[0])] ^= 0x40
+    run = _run_of(c, want, before)
     with pytest.raises(RuleFailure) as info:
         ts.check_write(c, run, "im2col store")
     msg = str(info.value)
@@ -283,25 +315,22 @@ def test_the_im2col_probe_bookkeeping_on_a_fake_child(monkeypatch):
     the model's bytes (one of them altered), the others trap. The report counts each
     part, names the one that differs and every trap by its position."""
     from fixtures.cuda_layer.isolation import Outcome
-    from fixtures.tma_store import capture as cp, runner
+    from fixtures.tma_store import capture as cp
     cases = {c.id: c for c in cp.im2col_probe_cases("standard")}
     inside = {i for i, c in cases.items() if cp.im2col_in_bounds(c.load)}
     spoiled = sorted(inside)[0]
 
-    def fake(target, params, *a, **k):
-        if any(d["id"] not in inside for d in params):
+    def fake(target, op, cs, *a, **k):      # the engine's target: the cases themselves
+        assert target == "fixtures.engine.batches:run_cases" and op == ts.WRITES
+        if any(c.id not in inside for c in cs):
             return Outcome("cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True)
         out = {}
-        for d in params:
-            c = cases[d["id"]]
-            tensor, smem = runner.data(c)
-            before = runner.span_before(c, tensor)
-            after = np.frombuffer(runner.expected_span(c, tensor, smem), dtype=np.uint8).copy()
-            if d["id"] == spoiled:
-                after[runner.GUARD] ^= 1
-            at = np.flatnonzero(after != before)
-            out[d["id"]] = runner.WriteRun(d["id"], "CUDA_SUCCESS", status=0, changed_at=at,
-                                           changed_to=after[at].tobytes())
+        for c in cs:
+            tensor, smem = ts.write_data(c)
+            after = np.frombuffer(ts.expected_span(c, tensor, smem), dtype=np.uint8).copy()
+            if c.id == spoiled:
+                after[GLOBAL_GUARD] ^= 1
+            out[c.id] = _run_of(c, after, ts.span_before(c, tensor))
         return Outcome("returned", value=out)
 
     monkeypatch.setattr(cp, "run_isolated", fake)
