@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -334,7 +335,8 @@ def test_the_im2col_probe_bookkeeping_on_a_fake_child(monkeypatch):
         return Outcome("returned", value=out)
 
     monkeypatch.setattr(cp, "run_isolated", fake)
-    res = cp.im2col_probe("standard", "sm_90a", None, 0)
+    gpu = SimpleNamespace(arch="sm_90a", sm=90, ordinal=0)
+    res = cp.im2col_probe("standard", gpu, None)
     lines = cp.im2col_report(res)
     n_in, n_out = len(inside), len(cases) - len(inside)
     assert lines[0].endswith(f"{n_in - 1} of {n_in} equal the im2col load run backwards; "
