@@ -22,7 +22,6 @@ from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import check, fail_all
-from fixtures.tma_box import im2col, tiled
 
 mc = tl.multicast
 
@@ -35,9 +34,10 @@ mc_batches = engine.batch_fixture("mc_batches", "mc_case", mc.generate, tl.MULTI
 
 
 def _first_diff(case, got: bytes, want: bytes) -> str:
-    model = im2col if case.mode == "im2col" else tiled
-    return engine.byte_mismatch(got, want, f"{case.mode} load", lambda off: model.describe_offset(
-        case.load, off), model.footprint(case.load), esize=case.load.esize)
+    p, model = case.load, case.model
+    return engine.byte_mismatch(got, want, f"{case.mode} load",
+                                lambda off: model.describe_offset(p, off), model.footprint(p),
+                                esize=p.esize)
 
 
 def test_multicast(mc_case, mc_batches):

@@ -342,13 +342,16 @@ def test_batches_group_call_and_fail_as_declared(kind, monkeypatch):
     assert len(calls) == 1 and len(kernels.built) == len(built)     # one batch, one build
 
 
-def test_batches_fail_the_rule_the_suite_names(monkeypatch):
+def test_batches_fail_the_rule_of_the_case(monkeypatch):
+    """IM2COL names no rule of its own: a case without a result fails its own rule, a
+    ``-dev-copy`` load tma-load.im2col-device-copy."""
     monkeypatch.setattr(engine_batches, "run_isolated", lambda *a, **k: Outcome("returned", {}))
     cases = _cases("im2col")
+    copy = next(c for c in cases if c.device_copy)
     b = engine.Batches(SimpleNamespace(arch="sm_90a", sm=90, ordinal=0), _Kernels(), cases,
                        tl.IM2COL)
     with pytest.raises(RuleFailure, match=r"\[rule tma-load.im2col-device-copy\]"):
-        b.result(cases[0], "tma-load.im2col-device-copy")
+        b.result(copy)
 
 
 def test_a_trap_in_a_batch_fails_its_case_alone(monkeypatch):
@@ -471,17 +474,13 @@ def _fake_encoder(addresses):
 
 def _launch_faked(kind, monkeypatch, op=None):
     import sys
-    import fixtures.engine.launch as launch
     import fixtures.tensormap.encode as enc
-    import fixtures.tma_load.operations as load_ops
     cp = _FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     addresses = []
     fake = _fake_encoder(addresses)
-    for name in ("encode_tiled", "encode_im2col", "encode_im2col_wide"):
+    for name in ("encode_tiled", "encode_im2col", "encode_im2col_wide"):   # the one encode path
         monkeypatch.setattr(enc, name, fake)
-    monkeypatch.setattr(launch, "encode_tiled", fake)
-    monkeypatch.setattr(load_ops, "encode_tiled", fake)
     cases = _hand_cases(kind)
     module = _FakeModule(cp)
     runs = engine.run_batch(module, op or OPS[kind], cases)
