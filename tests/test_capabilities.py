@@ -1,0 +1,62 @@
+"""The capability markers (fixtures/plugins/capabilities.py), on a CPU: which case a node
+lacking a capability skips, and the reason it gives."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fixtures.plugins import capabilities
+
+
+class _Item:
+    def __init__(self, *marks):
+        self.marks = marks
+
+    def iter_markers(self, name=None):
+        return [m.mark for m in self.marks if name is None or m.name == name]
+
+
+def _gpu(sm):
+    return lambda: SimpleNamespace(ordinal=1, sm=sm)
+
+
+@pytest.mark.parametrize("sm,want", [
+    (90, "needs sm_100: GPU 1 is sm_90; PTX ISA: \"only sm_100\""), (100, ""), (103, "")])
+def test_requires_sm(sm, want):
+    item = _Item(pytest.mark.requires_sm(100, why="PTX ISA: \"only sm_100\""))
+    assert capabilities.missing(item, _gpu(sm)) == want
+
+
+@pytest.mark.parametrize("sm,want", [
+    (90, ""), (100, "needs a GPU older than sm_100: GPU 1 is sm_100; it runs here")])
+def test_below_sm(sm, want):
+    item = _Item(pytest.mark.below_sm(100, why="it runs here"))
+    assert capabilities.missing(item, _gpu(sm)) == want
+
+
+def test_without_a_gpu_the_gpu_markers_decide_nothing():
+    item = _Item(pytest.mark.requires_sm(100), pytest.mark.below_sm(90))
+    assert capabilities.missing(item, lambda: None) == ""
+
+
+def test_requires_tool(monkeypatch):
+    item = _Item(pytest.mark.requires_tool("nvcc", why="the NVRTC build alone is checked"))
+    monkeypatch.setattr(capabilities.shutil, "which", lambda name: None)
+    assert capabilities.missing(item, _gpu(90)) == \
+        "nvcc is not on PATH; the NVRTC build alone is checked"
+    monkeypatch.setattr(capabilities.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert capabilities.missing(item, _gpu(90)) == ""
+
+
+def test_a_case_without_markers_never_asks_for_the_gpu(monkeypatch):
+    def no_gpu():
+        raise AssertionError("the GPU was looked up for a case without capability markers")
+    monkeypatch.setattr(capabilities, "home_gpu", no_gpu)
+    capabilities.pytest_runtest_setup(_Item(pytest.mark.rule("x")))
+
+
+def test_a_lacking_node_skips_at_setup(monkeypatch):
+    monkeypatch.setattr(capabilities, "home_gpu", _gpu(90))
+    with pytest.raises(pytest.skip.Exception, match="needs sm_100: GPU 1 is sm_90"):
+        capabilities.pytest_runtest_setup(_Item(pytest.mark.requires_sm(100)))
