@@ -1,4 +1,4 @@
-"""``python -m reports {matrix,diff,merge,bench}``; see README.md.
+"""``python -m reports {matrix,diff,merge,timeline,bench}``; see README.md.
 
 Exit status: 0 success (diff: nothing got worse; merge: all nodes alike and passing),
 1 diff found a regression not accepted (or, --strict, another or unknown harness) /
@@ -17,6 +17,7 @@ from . import bench
 from . import diff as diff_mod
 from . import matrix as matrix_mod
 from . import merge as merge_mod
+from . import timeline as timeline_mod
 from .model import ReportInputError, load_run
 
 
@@ -152,6 +153,33 @@ def cmd_merge(a) -> int:
     return merge_mod.exit_status(m)
 
 
+def cmd_timeline(a) -> int:
+    run = load_run(a.run)
+    analysis = timeline_mod.analyze(run, wall=a.wall)
+    for path in (a.html, a.json):
+        if path:
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        timeline_mod.write(run, analysis, a.html, a.json)
+    except OSError as e:
+        raise OutputError(f"cannot write {e.filename or a.html or a.json}: {e.strerror or e}") from None
+    print(timeline_mod.text(analysis))
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds, more than 0: {text!r}")
+    return v
+
+
 def _count(text: str) -> int:
     try:
         n = int(text)
@@ -195,6 +223,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports") -> int:
     g.add_argument("--expect-nodes", metavar="N", type=_count, default=None,
                    help="exit 1 when fewer than N nodes' runs came (a node that wrote nothing)")
     g.set_defaults(fn=cmd_merge)
+    t = sub.add_parser("timeline", help="where one run's wall time went, from its results.json")
+    t.add_argument("run", help="run folder or results.json")
+    t.add_argument("--html", metavar="PATH", help="write the workers over time (and the breakdown) here")
+    t.add_argument("--json", metavar="PATH", help="write the breakdown as JSON here")
+    t.add_argument("--wall", metavar="SECONDS", type=_seconds, default=None,
+                   help="the run's wall time measured outside it: what the timeline does not "
+                        "cover of it is unattributed")
+    t.set_defaults(fn=cmd_timeline)
     sub.add_parser("bench", help="time to verdict: sweeps, workers, compiles (see its --help)")
     a = p.parse_args(argv)
     a.prog = prog

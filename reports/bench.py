@@ -1,13 +1,18 @@
-"""Time to verdict: where a conformance run's time goes (issue 8).
+"""Time to verdict: where a conformance run's time goes.
 
-    python -m reports bench [--sweeps smoke,standard,full] [--workers 1,2,4,8,16,auto]
-                            [--out DIR] [--suites PATH ...]
+    python -m reports bench [--sweeps smoke,standard,full] [--caches cold,warm]
+                            [--workers 8,12,16] [--scale-sweep standard]
+                            [--peer FILE [--peer-workers 8]] [--out DIR] [SUITE ...]
 
 Runs the suite in child pytest processes and measures: the wall time of each sweep
-under ``-n auto`` from a cold kernel cache; cases per second per suite (from each
-run's JUnit); NVRTC compile time of every kernel, cold and warm; worker scaling;
-one GPU against all GPUs when there are several. Prints a table, writes
-``bench.json`` into the output folder.
+under ``-n auto``, from empty kernel and case caches (cold) and again with them filled
+(warm), with where each run's wall went (``reports.timeline``: start-up, suites, the
+tail, the controller, unattributed; a picture of the workers over time,
+``timeline-SWEEP-CACHE.html``); NVRTC compile time of every kernel, cold and warm;
+worker scaling; one GPU against all GPUs when there are several; and, with ``--peer``,
+another project's pytest file run with ``-n --peer-workers`` in the same call, per case
+against the largest sweep. Prints a table, writes ``bench.json`` and ``bench.md`` into
+the output folder.
 """
 from __future__ import annotations
 
@@ -23,24 +28,48 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = 1
+CASE_CACHE_ENV = "TMA_CASE_CACHE"     # fixtures/cuda_layer/paths.py: the generated case lists
+SCHEMA = 2
 
 
-def _pytest(args: list[str], env: dict | None = None, timeout: float = 560) -> dict:
-    """One pytest run in a child process: wall time, exit code, JUnit counts per suite."""
+def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=ROOT,
+            ours: bool = True, picture: Path | None = None) -> dict:
+    """One pytest run in a child process: wall time, exit code, JUnit counts per suite,
+    and (``ours``: a run of this suite) where its wall went, from its results.json;
+    ``picture``: write the workers over time there."""
+    from . import model, timeline   # the report tools' own modules
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
+        report = ["--report-dir", str(Path(tmp) / "report")] if ours else []
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={junit}", *args]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
-        wall = time.perf_counter() - t0
+               f"--junitxml={junit}", *report, *args]
+        t0, spawn = time.perf_counter(), time.time()
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, **(env or {})})
+            out, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out, code = f"{e.stdout or ''}{e.stderr or ''}\nbench: timed out after {timeout:g} s", None
+            out = out if isinstance(out, str) else str(out)
+        wall, ended = time.perf_counter() - t0, time.time()
         suites = _junit_suites(junit) if junit.exists() else {}
-    last = (proc.stdout.strip().splitlines() or [""])[-1]
-    return {"args": args, "wall_s": round(wall, 2), "exit": proc.returncode, "summary": last,
+        analysis = None
+        results = Path(tmp) / "report" / "results.json"
+        if ours and results.exists():
+            written = [p.stat().st_mtime for p in (results, junit, results.with_name("matrix.html"))
+                       if p.exists()]
+            try:
+                run = model.read_results_json(results)
+                analysis = timeline.analyze(run, outside={"spawn": spawn, "exit": ended, "written": written})
+                if picture is not None:
+                    timeline.write(run, analysis, html_path=picture)
+            except model.ReportInputError as e:
+                analysis = {"error": str(e)}
+    lines = [ln for ln in out.strip().splitlines() if " in " in ln and ("passed" in ln or "failed" in ln)]
+    return {"args": args, "wall_s": round(wall, 2), "exit": code,
+            "summary": lines[-1] if lines else (out.strip().splitlines() or [""])[-1],
             "suites": suites, "cases": sum(s["cases"] for s in suites.values()),
-            "output_tail": (proc.stdout + proc.stderr)[-4000:]}
+            "timeline": analysis, "output_tail": out[-4000:]}
 
 
 def _junit_suites(path: Path) -> dict:
@@ -116,42 +145,97 @@ def collection_time(sweep: str, extra) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-def run(sweeps, workers, extra, arch) -> dict:
+def _where(r: dict) -> str:
+    """One line: where a run's wall went."""
+    a = r.get("timeline") or {}
+    if not a or "error" in a:
+        return f"    (no timeline: {a.get('error', 'no results.json')})" if a else ""
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in a["wall"].items())
+    return f"    {parts}; unattributed {a['unattributed_s']:.1f} s ({a['unattributed_pct']}%); tail {a['tail']['seconds']:.1f} s"
+
+
+def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None, peer_workers=8) -> dict:
     result: dict = {"schema": SCHEMA, "gpus": gpu_count(), "cpus": os.cpu_count(),
-                    "compile": compile_times(arch), "sweeps": [], "scaling": [], "gpu_split": []}
+                    "compile": compile_times(arch), "sweeps": [], "scaling": [], "gpu_split": [],
+                    "peer": None}
     result["startup"] = startup_costs() if result["gpus"] else []
     result["collection_s"] = {s: collection_time(s, extra) for s in sweeps}
-    for sweep in sweeps:                       # -n auto, cold cache
+    for sweep in sweeps:                       # -n auto: empty caches, then filled
         with tempfile.TemporaryDirectory() as cache:
-            r = _pytest(["-n", "auto", f"--sweep={sweep}", f"--kernel-cache={cache}", *extra])
-        result["sweeps"].append({"sweep": sweep, "cache": "cold", **r})
-        print(f"sweep {sweep:8s} cold: {r['wall_s']:7.1f} s  {r['cases']:6d} cases  {r['summary']}",
-              flush=True)
-    scale_sweep = sweeps[0]
-    with tempfile.TemporaryDirectory() as cache:   # warm the cache once, then scale workers
-        _pytest(["-n", "auto", f"--sweep={scale_sweep}", f"--kernel-cache={cache}", "--co", *extra])
+            env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
+            for kind in caches:
+                r = _pytest(["-n", "auto", f"--sweep={sweep}", f"--kernel-cache={Path(cache) / 'kernels'}",
+                             *extra], env=env, picture=out / f"timeline-{sweep}-{kind}.html")
+                result["sweeps"].append({"sweep": sweep, "cache": kind, **r})
+                print(f"sweep {sweep:8s} {kind}: {r['wall_s']:7.1f} s  {r['cases']:6d} cases  {r['summary']}",
+                      flush=True)
+                print(_where(r), flush=True)
+    with tempfile.TemporaryDirectory() as cache:   # warm the caches once, then scale workers
+        env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
+        kc = f"--kernel-cache={Path(cache) / 'kernels'}"
+        if workers:
+            _pytest(["-n", "auto", f"--sweep={scale_sweep}", kc, *extra], env=env)
         for n in workers:
-            r = _pytest(["-n", str(n), f"--sweep={scale_sweep}", f"--kernel-cache={cache}", *extra])
+            r = _pytest(["-n", str(n), f"--sweep={scale_sweep}", kc, *extra], env=env,
+                        picture=out / f"timeline-{scale_sweep}-workers{n}.html")
             result["scaling"].append({"workers": n, "sweep": scale_sweep, "cache": "warm", **r})
-            print(f"workers {n!s:>4} ({scale_sweep}, warm): {r['wall_s']:7.1f} s  {r['summary']}",
-                  flush=True)
-        if result["gpus"] >= 2:
+            print(f"workers {n!s:>4} ({scale_sweep}, warm): {r['wall_s']:7.1f} s  {r['summary']}", flush=True)
+            print(_where(r), flush=True)
+        if result["gpus"] >= 2 and workers:
             for visible in ("0", ",".join(str(i) for i in range(result["gpus"]))):
-                r = _pytest(["-n", "auto", f"--sweep={scale_sweep}", f"--kernel-cache={cache}",
-                             *extra], env={"CUDA_VISIBLE_DEVICES": visible})
+                r = _pytest(["-n", "auto", f"--sweep={scale_sweep}", kc, *extra],
+                            env={**env, "CUDA_VISIBLE_DEVICES": visible})
                 result["gpu_split"].append({"visible": visible, **r})
+    if peer:
+        p = Path(peer).resolve()
+        r = _pytest(["-n", str(peer_workers), str(p)], cwd=p.parent if p.is_file() else p, ours=False)
+        result["peer"] = {"path": str(p), "workers": peer_workers, **r}
+        print(f"peer {p.name} (-n {peer_workers}): {r['wall_s']:7.1f} s  {r['cases']} cases  {r['summary']}",
+              flush=True)
     return result
+
+
+def per_case_ratio(result: dict) -> dict | None:
+    """The peer's wall per case against the largest sweep's (cold, else any)."""
+    peer = result.get("peer")
+    runs = [r for r in result["sweeps"] if r["cases"]]
+    if not peer or not peer.get("cases") or not runs:
+        return None
+    ours = max(runs, key=lambda r: (r["cases"], r["cache"] == "cold"))
+    a, b = ours["wall_s"] / ours["cases"], peer["wall_s"] / peer["cases"]
+    return {"ours": f"{ours['sweep']} {ours['cache']}", "ours_ms_per_case": round(1000 * a, 3),
+            "peer_ms_per_case": round(1000 * b, 3), "times_faster": round(b / a, 1)}
 
 
 def table(result: dict) -> str:
     lines = [f"GPUs: {result['gpus']}  CPUs: {result['cpus']}", "",
-             "| sweep | cache | workers | cases | wall s | cases/s |", "|---|---|---|---|---|---|"]
+             "| sweep | cache | workers | cases | wall s | cases/s | unattributed | tail s | summary |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def row(r, cache, workers):
+        rate = r["cases"] / r["wall_s"] if r["wall_s"] else 0
+        a = r.get("timeline") or {}
+        un = f"{a['unattributed_pct']}%" if "unattributed_pct" in a else "-"
+        tail = a["tail"]["seconds"] if "tail" in a else "-"
+        return (f"| {r['sweep']} | {cache} | {workers} | {r['cases']} | {r['wall_s']} | {rate:.0f} | {un} | "
+                f"{tail} | {r['summary']} |")
     for r in result["sweeps"]:
-        rate = r["cases"] / r["wall_s"] if r["wall_s"] else 0
-        lines.append(f"| {r['sweep']} | cold | auto | {r['cases']} | {r['wall_s']} | {rate:.0f} |")
+        lines.append(row(r, r["cache"], "auto"))
     for r in result["scaling"]:
-        rate = r["cases"] / r["wall_s"] if r["wall_s"] else 0
-        lines.append(f"| {r['sweep']} | warm | {r['workers']} | {r['cases']} | {r['wall_s']} | {rate:.0f} |")
+        lines.append(row(r, "warm", r["workers"]))
+    ratio = per_case_ratio(result)
+    if result.get("peer"):
+        p = result["peer"]
+        lines += ["", f"peer: {p['path']} with -n {p['workers']}: {p['cases']} cases in {p['wall_s']} s "
+                      f"({p['summary']})"]
+        if ratio:
+            lines.append(f"per case: {ratio['ours']} {ratio['ours_ms_per_case']} ms, the peer "
+                         f"{ratio['peer_ms_per_case']} ms: {ratio['times_faster']}x")
+    for r in result["sweeps"]:
+        a = r.get("timeline") or {}
+        if "wall" in a:
+            from .timeline import text as timeline_text   # the report tools' own module
+            lines += ["", f"### {r['sweep']} ({r['cache']})", "", "```", timeline_text(a), "```"]
     for r in result["gpu_split"]:
         lines.append(f"| GPUs {r['visible']} | warm | auto | {r['cases']} | {r['wall_s']} | |")
     lines += ["", "| sweep | collection in one process s |", "|---|---|"]
@@ -175,15 +259,28 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--sweeps", default="smoke,standard,full")
-    p.add_argument("--workers", default="1,2,4,8,16,auto")
+    p.add_argument("--caches", default="cold,warm",
+                   help="each sweep from empty kernel and case caches (cold), then again (warm)")
+    p.add_argument("--workers", default="8,12,16", help="worker counts to time ('' for none)")
+    p.add_argument("--scale-sweep", default="standard", help="the sweep the worker counts run")
+    p.add_argument("--peer", default=None, metavar="FILE",
+                   help="another project's pytest file (or folder) to time in the same call")
+    p.add_argument("--peer-workers", type=int, default=8)
     p.add_argument("--out", default=str(ROOT / "reports" / "out" / "bench"))
     p.add_argument("--arch", default=None)
     p.add_argument("suites", nargs="*", help="suite paths (default: all, per tox.ini)")
     a = p.parse_args(argv)
     sweeps = [s for s in a.sweeps.split(",") if s]
-    bad = [s for s in sweeps if s not in ("smoke", "standard", "full")]
+    bad = [s for s in sweeps + [a.scale_sweep] if s not in ("smoke", "standard", "full")]
     if bad:
         p.error(f"unknown sweep(s): {', '.join(bad)}")
+    caches = [c for c in a.caches.split(",") if c]
+    if not caches or any(c not in ("cold", "warm") for c in caches) or caches[0] != "cold":
+        p.error(f"--caches: cold, or cold,warm: {a.caches}")
+    if a.peer and not Path(a.peer).exists():
+        p.error(f"--peer: no such file or folder: {a.peer}")
+    if a.peer_workers < 1:
+        p.error(f"--peer-workers: 1 or more: {a.peer_workers}")
     workers = [w for w in a.workers.split(",") if w]
     if any(w != "auto" and not w.isdigit() for w in workers):
         p.error(f"--workers takes numbers or 'auto': {a.workers}")
@@ -193,7 +290,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     except ValueError as e:
         print(f"{prog}: cannot write into --out: {e}", file=sys.stderr)
         return 2
-    result = run(sweeps, workers, a.suites, a.arch)
+    result = run(sweeps, caches, workers, a.scale_sweep, a.suites, a.arch, out, a.peer, a.peer_workers)
     text = table(result)
     try:
         (out / "bench.json").write_text(json.dumps(result, indent=2))

@@ -143,6 +143,12 @@ class CaseResult:
     duration: float = 0.0
     phase: str | None = None      # where it failed: setup, call, teardown, collect
     worker: str | None = None
+    # the timeline (fixtures/plugins/timeline.py): seconds since the session started
+    start: float | None = None    # its setup began
+    end: float | None = None      # its teardown ended
+    setup_s: float | None = None
+    call_s: float | None = None
+    teardown_s: float | None = None
 
     @property
     def suite(self) -> str:
