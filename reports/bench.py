@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ SCHEMA = 2
 
 
 def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=ROOT,
-            ours: bool = True, picture: Path | None = None) -> dict:
+            ours: bool = True, picture: Path | None = None, keep: Path | None = None) -> dict:
     """One pytest run in a child process: wall time, exit code, JUnit counts per suite,
     and (``ours``: a run of this suite) where its wall went, from its results.json;
     ``picture``: write the workers over time there."""
@@ -63,6 +64,8 @@ def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=
                 analysis = timeline.analyze(run, outside={"spawn": spawn, "exit": ended, "written": written})
                 if picture is not None:
                     timeline.write(run, analysis, html_path=picture)
+                if keep is not None:
+                    shutil.copyfile(results, keep)
             except model.ReportInputError as e:
                 analysis = {"error": str(e)}
     lines = [ln for ln in out.strip().splitlines() if " in " in ln and ("passed" in ln or "failed" in ln)]
@@ -154,7 +157,8 @@ def _where(r: dict) -> str:
     return f"    {parts}; unattributed {a['unattributed_s']:.1f} s ({a['unattributed_pct']}%); tail {a['tail']['seconds']:.1f} s"
 
 
-def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None, peer_workers=8) -> dict:
+def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None, peer_workers=8,
+        keep: bool = False) -> dict:
     result: dict = {"schema": SCHEMA, "gpus": gpu_count(), "cpus": os.cpu_count(),
                     "compile": compile_times(arch), "sweeps": [], "scaling": [], "gpu_split": [],
                     "peer": None}
@@ -165,7 +169,8 @@ def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None,
             env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
             for kind in caches:
                 r = _pytest(["-n", "auto", f"--sweep={sweep}", f"--kernel-cache={Path(cache) / 'kernels'}",
-                             *extra], env=env, picture=out / f"timeline-{sweep}-{kind}.html")
+                             *extra], env=env, picture=out / f"timeline-{sweep}-{kind}.html",
+                            keep=out / f"results-{sweep}-{kind}.json" if keep else None)
                 result["sweeps"].append({"sweep": sweep, "cache": kind, **r})
                 print(f"sweep {sweep:8s} {kind}: {r['wall_s']:7.1f} s  {r['cases']:6d} cases  {r['summary']}",
                       flush=True)
@@ -266,6 +271,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     p.add_argument("--peer", default=None, metavar="FILE",
                    help="another project's pytest file (or folder) to time in the same call")
     p.add_argument("--peer-workers", type=int, default=8)
+    p.add_argument("--keep-results", action="store_true",
+                   help="copy each sweep run's results.json into the output folder")
     p.add_argument("--out", default=str(ROOT / "reports" / "out" / "bench"))
     p.add_argument("--arch", default=None)
     p.add_argument("suites", nargs="*", help="suite paths (default: all, per tox.ini)")
@@ -290,7 +297,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     except ValueError as e:
         print(f"{prog}: cannot write into --out: {e}", file=sys.stderr)
         return 2
-    result = run(sweeps, caches, workers, a.scale_sweep, a.suites, a.arch, out, a.peer, a.peer_workers)
+    result = run(sweeps, caches, workers, a.scale_sweep, a.suites, a.arch, out, a.peer, a.peer_workers,
+                 a.keep_results)
     text = table(result)
     try:
         (out / "bench.json").write_text(json.dumps(result, indent=2))

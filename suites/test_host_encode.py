@@ -406,7 +406,7 @@ def test_encode_in_poisoned_context(gpu):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "facts.json")
         outcome = run_isolated("fixtures.host_encode.probes:encode_after_trap", path,
-                               device=gpu.ordinal, timeout=120)
+                               device=gpu.ordinal, timeout=120, alone=True)
         assert os.path.exists(path), f"the probe wrote nothing: {outcome} {outcome.detail[-2000:]}"
         facts = json.load(open(path))
     assert facts["before"]["status"] == "CUDA_SUCCESS", facts

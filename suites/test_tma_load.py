@@ -155,7 +155,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     the model's tile. Runs alone in a child process, since a trap kills the context."""
     kernels.build(engine.device_maps.KERNEL_SOURCE, arch=gpu.arch)  # a build failure: "could not build"
     out = run_isolated("fixtures.tma_load.operations:large_dim_target", int(dtype), dims, strides, box,
-                       gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
+                       gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120, alone=True)
     rule = "tma-load.global-dim-range"
     check(out.kind == "returned", rule, case_id,
           f"dims {list(dims)}: the load through the host-encoded map failed: "

@@ -81,7 +81,7 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
     and this worker's own context stays usable."""
     out = run_isolated("fixtures.toolchain.smoke:probe_trap", gpu.arch, kernels.cache_dir,
-                       device=gpu.ordinal, timeout=120)
+                       device=gpu.ordinal, timeout=120, alone=True)
     assert out.kind == "cuda_error", f"expected a trap, got {out}\n{out.detail}"
     assert out.poisoned, f"the trap {out.error} did not poison the child's context"
     assert out.error == "CUDA_ERROR_ILLEGAL_INSTRUCTION", (
@@ -92,8 +92,8 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     status.check_status(st, ["after the trap"])
     assert (tiles == 1).all(), "this worker's context misbehaves after the isolated trap"
     again = run_isolated("fixtures.toolchain.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
-                         device=gpu.ordinal, timeout=120)
-    assert again.kind == "returned", f"a fresh child after the trap failed: {again}\n{again.detail}"
+                         device=gpu.ordinal, timeout=120, alone=True)
+    assert again.kind == "returned", f"the next child after the trap failed: {again}\n{again.detail}"
 
 
 @pytest.mark.isolated

@@ -99,10 +99,12 @@ def test_lazy_batches_run_each_batch_once_when_first_asked():
 # ---------------------------------------------------------------- the scheduler's bookkeeping
 def _reference_scheduler(config, log):
     """The scheduler before its bookkeeping was made linear: xdist's own (pending cases
-    counted by walking the workload, indices by ``list.index``, xdist's ``_reschedule``)
-    with our scope, dead-worker handling and replacement top-up. The new one must
-    decide exactly as this one does."""
+    counted by walking the workload, indices by ``list.index``, xdist's ``_reschedule``
+    with our AHEAD for its 2) with our scope, dead-worker handling and replacement
+    top-up. The new one must decide exactly as this one does."""
     from xdist.scheduler import LoadScopeScheduling
+    from fixtures.cuda_layer.batching import make_scheduler
+    ahead = type(make_scheduler(config, log)).AHEAD
 
     class Reference(LoadScopeScheduling):
         def _split_scope(self, nodeid):
@@ -129,7 +131,13 @@ def _reference_scheduler(config, log):
             if node not in self.registered_collections:
                 return
             try:
-                super()._reschedule(node)
+                if node.shutting_down:          # xdist's _reschedule, with AHEAD for its 2
+                    return
+                if not self.workqueue:
+                    node.shutdown()
+                    return
+                if self._pending_of(self.assigned_work[node]) <= ahead:
+                    self._assign_work_unit(node)
                 while (self.workqueue and not node.shutting_down
                        and self._pending_of(self.assigned_work[node]) < 2):
                     self._assign_work_unit(node)
@@ -175,7 +183,7 @@ def _simulate(make, seed, n_workers, collection, deaths):
     rng = random.Random(seed)
     events: list = []
     config = SimpleNamespace(getvalue=lambda name: [f"{n_workers}*popen"] if name == "tx" else None,
-                             option=SimpleNamespace(loadscopereorder=True))
+                             option=SimpleNamespace(loadscopereorder=False))
     from xdist.remote import Producer
     sched = make(config, Producer("sim", enabled=False))
     nodes = [_SimNode(f"gw{i}", events) for i in range(n_workers)]
@@ -250,3 +258,26 @@ def test_the_scheduler_bookkeeping_is_linear():
     assert time.perf_counter() - t0 < 20
     sent = sorted(i for e in events if e[0] == "send" for i in e[2])
     assert sent == list(range(len(collection)))
+
+
+def test_run_order_puts_heavy_units_first_each_followed_by_another():
+    """The units in the order the workers put their collection: the heavy ones (a case
+    that runs alone) first, each followed by one of the others, the others largest
+    first; every case once."""
+    from fixtures.cuda_layer.batching import run_order
+    ids = ([f"s/t.py::test_big[c{i}]" for i in range(400)] + ["s/t.py::test_plain"]
+           + [f"s/t.py::test_trap[t{i}]" for i in range(6)] + [f"s/u.py::test_small[k{i}]" for i in range(3)])
+    heavy = {i for i, nid in enumerate(ids) if "test_trap" in nid}
+    order = run_order(ids, heavy.__contains__)
+    assert sorted(order) == list(range(len(ids)))
+    units = []
+    for i in order:
+        scope = scope_of(ids[i])
+        if not units or units[-1] != scope:
+            units.append(scope)
+    first = [u for u in units if "test_trap" in u]
+    assert units[0] == first[0] and units[2] == first[1]          # heavy, other, heavy, ...
+    assert all("test_trap" not in u for u in units[1:2 * len(first):2])
+    rest = [u for u in units[2 * len(first):]]
+    sizes = [sum(1 for nid in ids if scope_of(nid) == u) for u in rest]
+    assert sizes == sorted(sizes, reverse=True)

@@ -275,9 +275,9 @@ def test_run_alone_builds_in_the_worker_then_runs_the_one_case(monkeypatch):
     assert kernels.built == [("tma_store.cu", "sm_90a"), ("multicast_load.cu", "sm_90a"),
                              ("device_encode.cu", "sm_90a")]
     assert calls == [(("fixtures.engine.batches:run_cases", ts.WRITES, [case], "sm_90a", 90, "/kc"),
-                      {"device": 1, "timeout": 120.0}),
+                      {"device": 1, "timeout": 120.0, "alone": True}),
                      (("fixtures.engine.batches:run_cases", tl.MULTICAST, [built], "sm_90a", 90,
-                       "/kc"), {"device": 1, "timeout": 9.0})]
+                       "/kc"), {"device": 1, "timeout": 9.0, "alone": True})]
 
 
 # ---------------------------------------------------------------- the lazy isolated batches
@@ -307,7 +307,8 @@ def test_batches_group_call_and_fail_as_declared(kind, monkeypatch):
     kernels = _Kernels()
     calls = []
 
-    def fake_run_isolated(tgt, op, cs, *args, device, timeout, **options):
+    def fake_run_isolated(tgt, op, cs, *args, device, timeout, alone, **options):
+        assert alone is False                   # a batch runs in the batches' child
         calls.append((tgt, op, list(cs), args, device, timeout, options))
         # every case but the last of the batch: the last "was not run"
         return Outcome("returned", {c.id: f"run of {c.id}" for c in cs[:-1]})
@@ -364,7 +365,7 @@ def test_a_trap_in_a_batch_fails_its_case_alone(monkeypatch):
     bad = cases[1].id
     calls = []
 
-    def fake_run_isolated(tgt, op, cs, *args, device, timeout):
+    def fake_run_isolated(tgt, op, cs, *args, device, timeout, alone):
         ids = [c.id for c in cs]
         calls.append(ids)
         if bad in ids:

@@ -159,3 +159,74 @@ def test_a_stop_at_the_last_case_ends_the_batch(runner):
     (results, why), calls = stopped_calls(runner, KEYS, stop=["c7"], poisoned=False)
     assert calls == [KEYS] and list(why) == ["c7"]
     assert results == {k: f"ran {k}" for k in KEYS[:7]}
+
+
+# the spare child: ready when a trap poisons the child
+def test_a_spare_takes_over_after_a_poisoned_context():
+    """spare="eager": a second child starts beside the first; after a poisoned reply the
+    next call runs in it (no process start on the caller's path), and a new spare
+    starts beside it."""
+    r = IsolatedRunner(spare="eager")
+    try:
+        assert call(r, "pid").kind == "returned" and r.started == 2
+        spare = r._spare[0].pid
+        assert call(r, "poison").poisoned
+        after = call(r, "pid")
+        assert after.value == spare and r.started == 3 and r._spare[0].pid not in (spare, after.value)
+    finally:
+        r.stop()
+    assert r._spare is None and r.proc is None
+
+
+def test_a_spare_after_the_first_fault():
+    """spare="after-fault": no spare until the first poisoned reply; from then on one."""
+    r = IsolatedRunner(spare="after-fault")
+    try:
+        call(r, "pid")
+        assert r.started == 1 and r._spare is None
+        call(r, "poison")
+        assert r.started == 3 and r._spare is not None      # a fresh child, and a spare
+        spare = r._spare[0].pid
+        call(r, "poison")
+        assert call(r, "pid").value == spare and r.started == 4
+    finally:
+        r.stop()
+
+
+def test_a_dead_spare_is_not_used():
+    r = IsolatedRunner(spare="eager")
+    try:
+        call(r, "pid")
+        r._spare[0].kill()
+        r._spare[0].wait()
+        assert call(r, "poison").poisoned
+        out = call(r, "pid")
+        assert out.kind == "returned" and r.started == 4    # child, dead spare, fresh, new spare
+    finally:
+        r.stop()
+
+
+def test_a_timeout_keeps_the_spare():
+    r = IsolatedRunner(spare="eager")
+    try:
+        call(r, "pid")
+        spare = r._spare[0].pid
+        assert call(r, "hang", timeout=1.0).kind == "timeout"
+        assert call(r, "pid").value == spare
+    finally:
+        r.stop()
+
+
+def test_a_child_that_cannot_open_its_gpu_is_replaced_before_the_call():
+    """A spare opens the GPU of the last call; one that cannot (here: no driver) is
+    dropped at promotion and the call runs in a fresh child, which names the fault
+    itself when the call needs that GPU."""
+    from fixtures.cuda_layer import cuda_env
+    if cuda_env.probe().available:
+        pytest.skip("this machine has a GPU: the spare would open it")
+    r = IsolatedRunner(spare="eager")
+    try:
+        r.prestart(device=0)                 # warms with GPU 0, which is not there
+        assert call(r, "add", 1, 2).value == 3
+    finally:
+        r.stop()
