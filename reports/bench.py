@@ -158,12 +158,12 @@ def _where(r: dict) -> str:
 
 
 def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None, peer_workers=8,
-        keep: bool = False) -> dict:
+        keep: bool = False, parts: bool = True) -> dict:
     result: dict = {"schema": SCHEMA, "gpus": gpu_count(), "cpus": os.cpu_count(),
-                    "compile": compile_times(arch), "sweeps": [], "scaling": [], "gpu_split": [],
-                    "peer": None}
-    result["startup"] = startup_costs() if result["gpus"] else []
-    result["collection_s"] = {s: collection_time(s, extra) for s in sweeps}
+                    "compile": compile_times(arch) if parts else [], "sweeps": [], "scaling": [],
+                    "gpu_split": [], "peer": None}
+    result["startup"] = startup_costs() if result["gpus"] and parts else []
+    result["collection_s"] = {s: collection_time(s, extra) for s in sweeps} if parts else {}
     for sweep in sweeps:                       # -n auto: empty caches, then filled
         with tempfile.TemporaryDirectory() as cache:
             env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     p.add_argument("--peer", default=None, metavar="FILE",
                    help="another project's pytest file (or folder) to time in the same call")
     p.add_argument("--peer-workers", type=int, default=8)
+    p.add_argument("--no-parts", action="store_true",
+                   help="time the runs only, not each kernel's compile, the start-up and the collection")
     p.add_argument("--keep-results", action="store_true",
                    help="copy each sweep run's results.json into the output folder")
     p.add_argument("--out", default=str(ROOT / "reports" / "out" / "bench"))
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
         print(f"{prog}: cannot write into --out: {e}", file=sys.stderr)
         return 2
     result = run(sweeps, caches, workers, a.scale_sweep, a.suites, a.arch, out, a.peer, a.peer_workers,
-                 a.keep_results)
+                 a.keep_results, not a.no_parts)
     text = table(result)
     try:
         (out / "bench.json").write_text(json.dumps(result, indent=2))
