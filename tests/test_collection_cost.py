@@ -104,6 +104,16 @@ def test_a_worker_generates_its_share_first(monkeypatch):
     assert called == [(t, ("smoke", 90) if sm else ("smoke",)) for t, sm in collection.CASE_LISTS[1::3]]
 
 
+def test_the_share_comes_first_in_the_sessions_collection(monkeypatch):
+    configs = []
+    monkeypatch.setattr(collection, "generate_share", configs.append)
+    collection.pytest_collectstart(SimpleNamespace(config="a file's"))
+    session = pytest.Session.__new__(pytest.Session)
+    session.config = "the session's"
+    collection.pytest_collectstart(session)
+    assert configs == ["the session's"]
+
+
 def test_collection_runs_without_the_garbage_collector_and_freezes(monkeypatch):
     frozen = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
