@@ -35,7 +35,7 @@ import pytest
 
 from fixtures import device_encode as de
 from fixtures import engine
-from fixtures.cuda_layer import build, cuda_env, placement
+from fixtures.cuda_layer import build, placement
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.launch import CudaError, Module
@@ -56,14 +56,7 @@ def _cases(level: str, sm: int):
 
 
 def _collect_sm(config) -> int:
-    arch = config.getoption("arch", default=None)
-    if arch:
-        return int("".join(ch for ch in arch[3:] if ch.isdigit()))
-    state = cuda_env.probe()
-    if state.available and state.tma_devices:
-        cc = placement.home_device(state).cc
-        return cc[0] * 10 + cc[1]
-    return 90
+    return placement.target_sm(config.getoption("arch", default=None))
 
 
 def _param(c):

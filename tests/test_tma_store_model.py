@@ -15,6 +15,7 @@ import fixtures.tma_store as ts
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for
 from fixtures.tensormap.params import TiledLoad
 from fixtures.tma_box import tiled as load_model
+from fixtures.tma_box import tiled_cases
 from fixtures.tma_store import cases as sc
 from reports import axes
 
@@ -186,6 +187,23 @@ def test_outside_cases_write_nothing_and_straddles_write_part_of_the_box():
             assert 0 < n < full, c.id
         elif "-interior" in c.id:
             assert n == full, c.id
+
+
+def test_the_answers_from_the_box_axes_agree_with_the_element_lists():
+    """writes_any and tail_elements (from the box's axes) agree with the element lists
+    they stand for, over a sample of the tiled boxes (every position, data and traps)."""
+    tails = 0
+    for c in tiled_cases.generate("standard")[::5]:
+        p = c.load
+        off, inb, _ = load_model.box_elements(p)
+        along = load_model.box_axes(p)
+        grid = np.stack(np.meshgrid(*along[::-1], indexing="ij")[::-1], axis=-1).reshape(-1, p.rank)
+        assert np.array_equal(inb, ((grid >= 0) & (grid < p.global_dim)).all(axis=1)), c.id
+        assert ts.model.writes_any(p) == bool(ts.written_offsets(p).size), c.id
+        same = np.array_equal(ts.written_offsets(p), ts.written_offsets(p, partial_chunk=True))
+        assert same or ts.model.tail_elements(p), c.id      # no tail element: the same write
+        tails += ts.model.tail_elements(p)
+    assert tails > 20
 
 
 @pytest.mark.parametrize("level,lo,hi", [("smoke", 250, 350), ("standard", 2000, 3000),
