@@ -6,5 +6,5 @@ import pytest
 # before the first of them is imported, as pytest marks each entry below only just before
 # importing it.
 pytest.register_assert_rewrite("fixtures.plugins")
-pytest_plugins = ["fixtures.plugins.harness", "fixtures.plugins.known_issues", "fixtures.plugins.reporting",
-                  "fixtures.plugins.controller"]
+pytest_plugins = ["fixtures.plugins.heap", "fixtures.plugins.harness", "fixtures.plugins.known_issues",
+                  "fixtures.plugins.reporting", "fixtures.plugins.controller"]

@@ -16,6 +16,7 @@ from .render import (STATE_HEADERS, Cell, Document, Section, Table, link_cell, s
                      to_html, to_markdown)
 
 MAX_ROWS = 300
+_DASHES = ("-",) * len(axes.AXES)      # an axis the id names no value for
 
 
 def _first_line(s: str, n: int = 400) -> str:
@@ -51,11 +52,14 @@ def document(run: Run) -> Document:
     doc.sections.append(Section("Per suite", tables=[Table(["suite"] + STATE_HEADERS, rows)]))
 
     # per axis
+    # each case's values of every axis and its state counted once, then spread over the
+    # axes (far fewer combinations than cases)
+    combos = Counter((tuple(map(axes.parse(c.id).get, axes.AXES, _DASHES)), c.state)
+                     for c in run.cases.values())
     per_axis: dict[str, dict[str, Counter]] = {a: defaultdict(Counter) for a in axes.AXES}
-    for c in run.cases.values():
-        parsed = axes.parse(c.id)
-        for a in axes.AXES:
-            per_axis[a][parsed.get(a, "-")][c.state] += 1
+    for (values, state), n in combos.items():
+        for a, v in zip(axes.AXES, values):
+            per_axis[a][v][state] += n
     axis_sec = Section("Per parameter axis", paragraphs=[
         "Values parsed from the case ids (reports/README.md lists the spellings); \"-\" counts the cases "
         "whose id names no value for that axis. A load suite's case (tiled, im2col, multicast) whose id "

@@ -156,12 +156,17 @@ class CaseResult:
 
     def to_json(self) -> dict:
         # asdict's deep, recursive copy was most of results.json's writing time (40,000
-        # cases at the end of a full run); the fields are flat (known_issue: a dict of str)
-        d = {k: getattr(self, k) for k in _CASE_FIELDS}
-        if d["known_issue"] is not None:
+        # cases at the end of a full run); the fields are flat (known_issue: a dict of str).
+        # One pass over the instance's own dict, the empty fields left out (64,642 cases:
+        # 0.18 s -> 0.1 s)
+        own = self.__dict__
+        d = {k: v for k in _CASE_FIELDS if (v := own[k]) is not None and v != ""}
+        if "known_issue" in d:
             d["known_issue"] = dict(d["known_issue"])
-        d["suite"] = self.suite
-        return {k: v for k, v in d.items() if v not in (None, "")}
+        suite = self.suite
+        if suite:
+            d["suite"] = suite
+        return d
 
 
 _CASE_FIELDS = tuple(f.name for f in fields(CaseResult))
