@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import types
 
+import pytest
+
 from _pytest.reports import TestReport
 from _pytest.reports import pytest_report_to_serializable as pytest_serialized
 
@@ -95,3 +97,17 @@ def test_a_worker_report_keeps_its_sections_and_properties():
     back = TestReport._from_json(data)
     assert back.sections == [("Captured stdout call", "hello\n")]
     assert back.user_properties == [("k", "v")]
+
+
+def test_collection_runs_without_the_garbage_collector_and_freezes(monkeypatch):
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    assert gc.isenabled()
+    hook = heap.pytest_collection(types.SimpleNamespace())
+    next(hook)                                  # collection runs now
+    try:
+        assert not gc.isenabled()
+    finally:
+        with pytest.raises(StopIteration):
+            hook.send(None)
+    assert gc.isenabled() and frozen == [1]
