@@ -161,72 +161,40 @@ def test_a_stop_at_the_last_case_ends_the_batch(runner):
     assert results == {k: f"ran {k}" for k in KEYS[:7]}
 
 
-# the spare child: ready when a trap poisons the child
-def test_a_spare_takes_over_after_a_poisoned_context():
-    """spare="eager": a second child starts beside the first; after a poisoned reply the
-    next call runs in it (no process start on the caller's path), and a new spare
-    starts beside it."""
-    r = IsolatedRunner(spare="eager")
-    try:
-        assert call(r, "pid").kind == "returned" and r.started == 2
-        spare = r._spare[0].pid
-        assert call(r, "poison").poisoned
-        after = call(r, "pid")
-        assert after.value == spare and r.started == 3 and r._spare[0].pid not in (spare, after.value)
-    finally:
-        r.stop()
-    assert r._spare is None and r.proc is None
+# the next child: started, and warmed, as soon as a reply says the context is poisoned
+def test_the_next_child_starts_warm_right_after_a_poisoned_reply(runner):
+    """After a poisoned reply the next child is started at once and asked to open the
+    GPU and to run ``warm_call``; the next call reads those replies first, then runs in
+    it (no second start)."""
+    runner.warm_call = ("isolation_targets:add", (1, 2), {})
+    assert call(runner, "poison").poisoned
+    assert runner.started == 2 and runner._warming == 2 and runner.proc is not None
+    pid = runner.proc.pid
+    out = call(runner, "pid")
+    assert out.value == pid and runner.started == 2 and runner._warming == 0
 
 
-def test_a_spare_after_the_first_fault():
-    """spare="after-fault": no spare until the first poisoned reply; from then on one."""
-    r = IsolatedRunner(spare="after-fault")
-    try:
-        call(r, "pid")
-        assert r.started == 1 and r._spare is None
-        call(r, "poison")
-        assert r.started == 3 and r._spare is not None      # a fresh child, and a spare
-        spare = r._spare[0].pid
-        call(r, "poison")
-        assert call(r, "pid").value == spare and r.started == 4
-    finally:
-        r.stop()
+def test_a_child_that_cannot_warm_up_is_replaced_before_the_call(runner):
+    """A child whose warm-up fails (here: ``warm_call`` raises) is dropped for a fresh
+    one before the call, which runs there."""
+    runner.warm_call = ("isolation_targets:boom", (), {})
+    call(runner, "poison")
+    assert call(runner, "add", 1, 2).value == 3 and runner.started == 3
 
 
-def test_a_dead_spare_is_not_used():
-    r = IsolatedRunner(spare="eager")
-    try:
-        call(r, "pid")
-        r._spare[0].kill()
-        r._spare[0].wait()
-        assert call(r, "poison").poisoned
-        out = call(r, "pid")
-        assert out.kind == "returned" and r.started == 4    # child, dead spare, fresh, new spare
-    finally:
-        r.stop()
-
-
-def test_a_timeout_keeps_the_spare():
-    r = IsolatedRunner(spare="eager")
-    try:
-        call(r, "pid")
-        spare = r._spare[0].pid
-        assert call(r, "hang", timeout=1.0).kind == "timeout"
-        assert call(r, "pid").value == spare
-    finally:
-        r.stop()
-
-
-def test_a_child_that_cannot_open_its_gpu_is_replaced_before_the_call():
-    """A spare opens the GPU of the last call; one that cannot (here: no driver) is
-    dropped at promotion and the call runs in a fresh child, which names the fault
+def test_a_child_that_cannot_open_its_gpu_is_replaced_before_the_call(runner):
+    """A child started ahead opens the GPU it is given; one that cannot (here: no
+    driver) is dropped before the call, which runs in a fresh child and names the fault
     itself when the call needs that GPU."""
     from fixtures.cuda_layer import cuda_env
     if cuda_env.probe().available:
-        pytest.skip("this machine has a GPU: the spare would open it")
-    r = IsolatedRunner(spare="eager")
-    try:
-        r.prestart(device=0)                 # warms with GPU 0, which is not there
-        assert call(r, "add", 1, 2).value == 3
-    finally:
-        r.stop()
+        pytest.skip("this machine has a GPU: the child would open it")
+    runner.prestart(device=0)               # warms with GPU 0, which is not there
+    assert call(runner, "add", 1, 2).value == 3
+
+
+def test_the_runners_are_two():
+    from fixtures.cuda_layer.isolation import runner as named
+    assert named("batches") is named() and named("alone") is not named()
+    with pytest.raises(ValueError, match="one of"):
+        named("spare")
