@@ -1,0 +1,143 @@
+"""The timeline: what results.json records of a run's time (fixtures/plugins/timeline.py),
+end to end under -n 2, and what ``python -m reports timeline`` makes of it
+(reports/timeline.py), on a hand-made run whose every second is known."""
+from __future__ import annotations
+
+import pytest
+
+from reports import timeline
+from reports.__main__ import main as reports_main
+from reports.model import CaseResult, ReportInputError, Run
+
+import nested_run
+from nested_run import pytest_run
+
+TREE = '''
+import time, pytest
+
+@pytest.fixture
+def slow_setup():
+    time.sleep(0.2)
+
+@pytest.mark.parametrize("case", [f"c{i}" for i in range(6)])
+def test_case(case):
+    time.sleep(0.05)
+
+def test_slow_setup(slow_setup):
+    pass
+
+@pytest.fixture
+def two_gpus():
+    pytest.skip("needs 2 GPUs with tensor maps, found 1")
+
+def test_skip(two_gpus):
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = nested_run.make_tree(tmp_path_factory.mktemp("tl"), TREE)
+    out = root / "out"
+    cp = pytest_run(root, "-n", "2", "--report-dir", str(out))
+    assert cp.returncode == 0, cp.stdout[-3000:]
+    return out
+
+
+def test_every_case_has_its_start_end_phases_and_worker(run_dir):
+    data = nested_run.results(run_dir)
+    cases = {c["id"]: c for c in data["cases"] if not c["id"].startswith("node::")}
+    assert len(cases) == 8
+    for c in cases.values():
+        assert 0 < c["start"] <= c["end"] <= data["duration_s"] + 1, c
+        assert c["worker"] in ("gw0", "gw1"), c
+        assert c["setup_s"] is not None and c["teardown_s"] is not None, c
+    slow = cases["test_tiny.py::test_slow_setup"]
+    assert slow["setup_s"] >= 0.2 and slow["end"] - slow["start"] >= 0.2
+    assert all(c["call_s"] >= 0.05 for k, c in cases.items() if "[c" in k)
+    assert "call_s" not in cases["test_tiny.py::test_skip"]      # skipped in its setup: no call
+
+
+def test_the_run_records_its_phases(run_dir):
+    tl = nested_run.results(run_dir)["timeline"]
+    assert tl["t0"] > 0 and tl["controller"]["cpu_s"] > 0
+    assert tl["controller"]["reports_start"] <= tl["controller"]["results_write"]
+    assert set(tl["workers"]) == {"gw0", "gw1"}
+    for w in tl["workers"].values():
+        assert w["ready"] <= w["collection_sent"] <= w["down"], w
+        assert w["collection_start"] <= w["collected"], w
+        if w.get("process_start") is not None:
+            assert w["process_start"] <= w["configured"], w
+
+
+def test_reports_timeline_reads_it_and_draws_it(run_dir, tmp_path, capsys):
+    html = tmp_path / "t.html"
+    assert reports_main(["timeline", str(run_dir), "--html", str(html), "--wall", "600"]) == 0
+    out = capsys.readouterr().out
+    assert "where the wall went:" in out and "unattributed" in out and "| tiny |" in out
+    assert "<svg" in html.read_text() and "gw1" in html.read_text()
+
+
+def test_a_run_without_a_timeline_is_one_line_and_exit_2(tmp_path, capsys):
+    old = tmp_path / "results.json"
+    old.write_text('{"schema": "tmac-results/1", "cases": [{"id": "t.py::a", "state": "passed"}]}')
+    assert reports_main(["timeline", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert "no timeline" in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------- the analysis, by hand
+def _case(i, suite, worker, start, end, call):
+    return CaseResult(f"suites/test_{suite}.py::test[c{i}]", "passed", worker=worker, start=start,
+                      end=end, setup_s=0.0, call_s=call, teardown_s=0.0)
+
+
+def _run():
+    """Two workers from t0: w0 runs a (1-3 s, 2 s in its call) and b (3.5-4 s); w1 runs
+    c (2-6 s, 3 s in its call). The controller started 1 s before t0 and wrote
+    results.json at 7 s."""
+    cases = [_case(0, "a", "gw0", 1.0, 3.0, 2.0), _case(1, "b", "gw0", 3.5, 4.0, 0.5),
+             _case(2, "a", "gw1", 2.0, 6.0, 3.0)]
+    run = Run(source="hand", cases={c.id: c for c in cases})
+    run.meta = {"timeline": {"t0": 1000.0, "controller": {"process_start": -1.0, "cpu_s": 3.5,
+                                                          "reports_start": 6.5, "results_write": 7.0},
+                             "workers": {"gw0": {"process_start": 0.1, "configured": 0.5,
+                                                 "collection_start": 0.5, "collected": 0.8,
+                                                 "collection_sent": 0.9},
+                                         "gw1": {"process_start": 0.1, "configured": 0.6,
+                                                 "collection_start": 0.6, "collected": 0.9,
+                                                 "collection_sent": 0.9}}}}
+    return run
+
+
+def test_the_wall_is_cut_in_what_happened_one_after_the_other():
+    a = timeline.analyze(_run())
+    assert a["wall"] == {"controller start-up": 1.0, "workers' start-up": 1.0, "cases": 5.0,
+                         "end (last case to the reports)": 1.0}
+    assert a["wall_s"] == 8.0 and a["unattributed_s"] == 0.0
+    ws = a["worker_seconds"]
+    # 2 workers x 5 s = 10: 2 + 0.5 + 3 in calls, 1.5 + 1.5 + 0 outside the phases,
+    # 0.5 between w0's cases, 1 before w1's first, 2 after w0's last
+    assert ws["in cases"] == 5.5 and ws["report hooks inside a case"] == 1.0
+    assert ws["between cases"] == 0.5 and ws["before the worker's first case"] == 1.0
+    assert ws["after the worker's last case (tail)"] == 2.0
+    assert sum(v for k, v in ws.items() if not k.startswith("  ")) == 10.0
+    assert a["tail"]["seconds"] == 2.0 and a["suites"]["a"]["cases"] == 2
+    assert a["suites"]["a"]["seconds"] == 5.0 and a["long_cases"]["count"] == 3
+    assert a["controller"]["busy_pct"] == 50.0
+
+
+def test_what_the_timeline_does_not_cover_of_the_wall_is_unattributed():
+    a = timeline.analyze(_run(), wall=10.0)
+    assert a["unattributed_s"] == 2.0 and a["unattributed_pct"] == 20.0
+    outside = {"spawn": 998.5, "exit": 1008.0, "written": [1007.5]}
+    b = timeline.analyze(_run(), outside=outside)
+    assert b["wall"]["controller start-up"] == 1.5 and b["wall"]["the report files written"] == 0.5
+    assert b["wall"]["process exit"] == 0.5 and b["wall_s"] == 9.5 and b["unattributed_s"] == 0.0
+
+
+def test_a_run_without_times_is_refused():
+    run = _run()
+    run.meta = {}
+    with pytest.raises(ReportInputError, match="no timeline"):
+        timeline.analyze(run)
