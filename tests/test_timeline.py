@@ -3,6 +3,10 @@ end to end under -n 2, and what ``python -m reports timeline`` makes of it
 (reports/timeline.py), on a hand-made run whose every second is known."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from reports import timeline
@@ -141,3 +145,26 @@ def test_a_run_without_times_is_refused():
     run.meta = {}
     with pytest.raises(ReportInputError, match="no timeline"):
         timeline.analyze(run)
+
+
+def test_bench_times_sweeps_cold_and_warm_and_a_peer(tmp_path):
+    """``python -m reports bench`` on one small suite: the sweep cold then warm, each with
+    where its wall went (nothing unattributed on this machine either), a peer file in the
+    same call, per case, and the pictures."""
+    peer = tmp_path / "peer" / "test_peer.py"
+    peer.parent.mkdir()
+    peer.write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    out = tmp_path / "bench"
+    cp = subprocess.run([sys.executable, "-m", "reports", "bench", "--no-parts", "--sweeps", "smoke",
+                         "--caches", "cold,warm", "--workers", "", "--peer", str(peer), "--peer-workers", "1",
+                         "--out", str(out), "suites/test_host_encode.py"],
+                        cwd=nested_run.REPO, capture_output=True, text=True, timeout=400,
+                        env=nested_run.child_env())
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    data = json.loads((out / "bench.json").read_text())
+    assert [(r["sweep"], r["cache"]) for r in data["sweeps"]] == [("smoke", "cold"), ("smoke", "warm")]
+    for r in data["sweeps"]:
+        assert r["cases"] > 500 and r["timeline"]["unattributed_pct"] < 5, r["timeline"]
+        assert (out / f"timeline-smoke-{r['cache']}.html").exists()
+    assert data["peer"]["cases"] == 2 and "2 passed" in data["peer"]["summary"]
+    assert "per case: smoke" in (out / "bench.md").read_text()
