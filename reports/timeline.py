@@ -125,6 +125,8 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
     total = wall if wall is not None else internal
     unattributed = max(0.0, total - internal) + max(0.0, body_unexplained) / max(n, 1)
     long_cases = sorted((c for c in cases if c.end - c.start >= LONG_CASE_S), key=lambda c: -(c.end - c.start))
+    trap_ids = {t.get("id") for t in run.meta.get("traps") or [] if isinstance(t, dict)}
+    trapped = [c for c in cases if c.id in trap_ids]
     tail_from = min(w["last"] for w in per_worker.values())
     return {
         "source": run.source,
@@ -154,6 +156,7 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
                        "ms_per_case": round(1000 * (v["setup"] + v["call"] + v["teardown"]) / v["cases"], 3),
                        "longest_s": round(v["longest"], 3), "longest": v["longest_id"]}
                    for k, v in sorted(suites.items(), key=lambda kv: -(kv[1]["setup"] + kv[1]["call"] + kv[1]["teardown"]))},
+        "trap_cases": {"count": len(trapped), "seconds": round(sum(c.end - c.start for c in trapped), 3)},
         "long_cases": {"count": len(long_cases), "seconds": round(sum(c.end - c.start for c in long_cases), 3),
                        "top": [{"id": c.id, "s": round(c.end - c.start, 3), "worker": c.worker,
                                 "start": c.start} for c in long_cases[:15]]},
@@ -188,6 +191,11 @@ def text(a: dict) -> str:
     for k, s in a["suites"].items():
         lines.append(f"| {k} | {s['cases']} | {s['seconds']:.2f} | {s['setup']:.2f} | {s['call']:.2f} | "
                      f"{s['teardown']:.2f} | {s['ms_per_case']:.2f} | {s['longest_s']:.2f} |")
+    tc = a.get("trap_cases") or {}
+    if tc.get("count"):
+        lines += ["", f"cases that trap the GPU (results.json 'traps'): {tc['count']}, {tc['seconds']:.2f} "
+                      f"worker-s, {tc['seconds'] / tc['count']:.2f} s each (the GPU recovers from one "
+                      f"trap at a time, more slowly the more contexts are open)"]
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]
     lines += [f"  {x['s']:6.2f} s  {x['worker']}  at {x['start']:.2f} s  {x['id']}" for x in lc["top"]]

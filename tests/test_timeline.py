@@ -129,6 +129,15 @@ def test_the_wall_is_cut_in_what_happened_one_after_the_other():
     assert a["tail"]["seconds"] == 2.0 and a["suites"]["a"]["cases"] == 2
     assert a["suites"]["a"]["seconds"] == 5.0 and a["long_cases"]["count"] == 3
     assert a["controller"]["busy_pct"] == 50.0
+    assert a["trap_cases"] == {"count": 0, "seconds": 0}
+
+
+def test_the_trap_cases_are_summed_apart():
+    run = _run()
+    run.meta["traps"] = [{"id": "suites/test_a.py::test[c2]", "start": "x", "stop": "y", "state": "passed"}]
+    a = timeline.analyze(run)
+    assert a["trap_cases"] == {"count": 1, "seconds": 4.0}
+    assert "cases that trap the GPU (results.json 'traps'): 1, 4.00 worker-s" in timeline.text(a)
 
 
 def test_what_the_timeline_does_not_cover_of_the_wall_is_unattributed():
