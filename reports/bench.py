@@ -28,6 +28,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from . import model, timeline
+
 ROOT = Path(__file__).resolve().parent.parent
 CASE_CACHE_ENV = "TMA_CASE_CACHE"     # fixtures/cuda_layer/paths.py: the generated case lists
 SCHEMA = 2
@@ -38,7 +40,6 @@ def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=
     """One pytest run in a child process: wall time, exit code, JUnit counts per suite,
     and (``ours``: a run of this suite) where its wall went, from its results.json;
     ``picture``: write the workers over time there."""
-    from . import model, timeline   # the report tools' own modules
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         report = ["--report-dir", str(Path(tmp) / "report")] if ours else []
@@ -239,8 +240,7 @@ def table(result: dict) -> str:
     for r in result["sweeps"]:
         a = r.get("timeline") or {}
         if "wall" in a:
-            from .timeline import text as timeline_text   # the report tools' own module
-            lines += ["", f"### {r['sweep']} ({r['cache']})", "", "```", timeline_text(a), "```"]
+            lines += ["", f"### {r['sweep']} ({r['cache']})", "", "```", timeline.text(a), "```"]
     for r in result["gpu_split"]:
         lines.append(f"| GPUs {r['visible']} | warm | auto | {r['cases']} | {r['wall_s']} | |")
     lines += ["", "| sweep | collection in one process s |", "|---|---|"]
