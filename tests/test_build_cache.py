@@ -199,7 +199,8 @@ def test_precompile_builds_every_kernel_in_child_processes(tmp_path, monkeypatch
     cache = tmp_path / "kc"
     opts = {"arch": "sm_90a", "kernel_cache": str(cache)}
     config = SimpleNamespace(getoption=lambda name, default=None: opts.get(name, default),
-                             option=SimpleNamespace(collectonly=False), stash=Stash())
+                             option=SimpleNamespace(collectonly=False, numprocesses=2),   # xdist's controller
+                             stash=Stash())
     session = SimpleNamespace(config=config)
     plugin.pytest_sessionstart(session)
     procs = config.stash[plugin._PRECOMPILE_KEY]
@@ -370,3 +371,25 @@ def test_an_unreadable_cubin_is_rebuilt(kdir, tmp_path, monkeypatch):
     assert not again.cache_hit and again.cubin == good.cubin
     assert build.builds_used()[0]["rebuilt"] == [
         {"entry": str(cubin), "kind": "unreadable", "why": "cubin unreadable: Permission denied"}]
+
+
+def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(monkeypatch):
+    """An xdist worker (or the only process, -n 0) starts its isolated child at session
+    start, opening its GPU, so that the child's start-up overlaps the collection; a worker
+    builds nothing in the background (the controller does), and a --collect-only run
+    starts nothing."""
+    from types import SimpleNamespace
+    from _pytest.stash import Stash
+    from fixtures.plugins import harness as plugin
+    started = []
+    monkeypatch.setattr(plugin.cuda_env, "probe", lambda: SimpleNamespace(available=True))
+    monkeypatch.setattr(plugin.placement, "home_device", lambda state: SimpleNamespace(ordinal=3))
+    monkeypatch.setattr(plugin.isolation, "runner", lambda: SimpleNamespace(prestart=started.append))
+    worker = SimpleNamespace(getoption=lambda name, default=None: default, workerinput={},
+                             option=SimpleNamespace(collectonly=False), stash=Stash())
+    plugin.pytest_sessionstart(SimpleNamespace(config=worker))
+    assert started == [3] and plugin._PRECOMPILE_KEY not in worker.stash
+    listing = SimpleNamespace(getoption=lambda name, default=None: default, workerinput={},
+                              option=SimpleNamespace(collectonly=True), stash=Stash())
+    plugin.pytest_sessionstart(SimpleNamespace(config=listing))
+    assert started == [3]
