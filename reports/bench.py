@@ -52,7 +52,6 @@ def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=
             out, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             out, code = f"{e.stdout or ''}{e.stderr or ''}\nbench: timed out after {timeout:g} s", None
-            out = out if isinstance(out, str) else str(out)
         wall, ended = time.perf_counter() - t0, time.time()
         suites = _junit_suites(junit) if junit.exists() else {}
         analysis = None

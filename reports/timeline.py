@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 from collections import defaultdict
+from pathlib import Path
 from statistics import median
 
 from .model import ReportInputError, Run
@@ -91,21 +92,15 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
     body_unexplained = n * body - covered
 
     # the workers' start-up, the median over the workers of each step
-    ws = [w for w in (tl.get("workers") or {}).values() if isinstance(w, dict)]
+    # each worker's times, with the session's start (0) and its first case's start
+    times = {wid: {**w, "t0": 0.0, "first": per_worker.get(wid, {}).get("first")}
+             for wid, w in (tl.get("workers") or {}).items() if isinstance(w, dict)}
     steps = {}
-    for name, a, b in (("process start", None, "process_start"),
+    for name, a, b in (("process start", "t0", "process_start"),
                        ("interpreter, imports, plugins", "process_start", "configured"),
                        ("collection", "collection_start", "collected"),
-                       ("waiting for every worker's collection", "collection_sent", None)):
-        vals = []
-        for w in ws:
-            lo = 0.0 if a is None else w.get(a)
-            hi = w.get(b) if b is not None else None
-            if b is None and lo is not None:
-                wid = next((k for k, v in (tl.get("workers") or {}).items() if v is w), None)
-                hi = per_worker.get(wid, {}).get("first")
-            if lo is not None and hi is not None:
-                vals.append(hi - lo)
+                       ("waiting for every worker's collection", "collection_sent", "first")):
+        vals = [t[b] - t[a] for t in times.values() if t.get(a) is not None and t.get(b) is not None]
         if vals:
             steps[name] = round(median(vals), 3)
     first_setups = sorted(cs[0].setup_s or 0.0 for cs in by_worker.values())
@@ -226,7 +221,7 @@ def svg(run: Run, a: dict, width: int = 1200) -> str:
     height = top + row_h * len(by_worker) + 40 + 16 * ((len(suites) + 5) // 6)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 10}" height="{height}" '
            f'font-family="sans-serif" font-size="11">']
-    for t in range(0, int(end) + 1, max(1, int(end / 12) or 1)):
+    for t in range(0, int(end) + 1, max(1, int(end / 12))):
         x = left + t * scale
         out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + row_h * len(by_worker)}" '
                    f'stroke="#eee"/><text x="{x:.1f}" y="{top - 8}" text-anchor="middle">{t}s</text>')
@@ -284,7 +279,6 @@ def page(run: Run, a: dict) -> str:
 
 
 def write(run: Run, a: dict, html_path=None, json_path=None) -> None:
-    from pathlib import Path
     if html_path:
         Path(html_path).write_text(page(run, a), encoding="utf-8")
     if json_path:

@@ -130,6 +130,11 @@ def test_the_wall_is_cut_in_what_happened_one_after_the_other():
     assert a["suites"]["a"]["seconds"] == 5.0 and a["long_cases"]["count"] == 3
     assert a["controller"]["busy_pct"] == 50.0
     assert a["trap_cases"] == {"count": 0, "seconds": 0}
+    # the workers' start-up, median of each step (w0, w1): 0.1/0.1, 0.4/0.5, 0.3/0.3,
+    # 0.1/1.1 from the collection sent to the first case, and the first cases' setups
+    assert a["startup_steps"] == {"process start": 0.1, "interpreter, imports, plugins": 0.45,
+                                  "collection": 0.3, "waiting for every worker's collection": 0.6,
+                                  "first case's setup (session fixtures)": 0.0}
 
 
 def test_the_trap_cases_are_summed_apart():
