@@ -157,6 +157,7 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
                                 "start": c.start} for c in long_cases[:15]]},
         "per_worker": per_worker,
         "precompile": tl.get("precompile") or [],
+        "lane": tl.get("lane") or None,
     }
 
 
@@ -191,6 +192,17 @@ def text(a: dict) -> str:
         lines += ["", f"cases that trap the GPU (results.json 'traps'): {tc['count']}, {tc['seconds']:.2f} "
                       f"worker-s, {tc['seconds'] / tc['count']:.2f} s each (the GPU recovers from one "
                       f"trap at a time, more slowly the more contexts are open)"]
+    ln = a.get("lane")
+    if ln:
+        span = (f"from {ln['start']:.2f} s to {ln['end']:.2f} s ({ln['end'] - ln['start']:.2f} s)"
+                if ln.get("start") is not None and ln.get("end") is not None else "")
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted((ln.get("outcomes") or {}).items()))
+        lines += ["", f"trap lane: {ln.get('ran', 0)} of {ln.get('jobs', 0)} jobs run ahead {span}, "
+                      f"{ln.get('children')} children in turn, {ln.get('child_starts')} started; "
+                      f"outcomes: {kinds or 'none'}"
+                      + (f"; {ln.get('not_built')} left to their cases (kernels did not build)"
+                         if ln.get("not_built") else "")
+                      + (f"; stopped early: {ln['stopped']}" if ln.get("stopped") else "")]
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]
     lines += [f"  {x['s']:6.2f} s  {x['worker']}  at {x['start']:.2f} s  {x['id']}" for x in lc["top"]]
@@ -201,13 +213,14 @@ def text(a: dict) -> str:
 
 _PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
             "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#2ca02c"]
-_GAP, _STARTUP = "#dddddd", "#999999"
+_GAP, _STARTUP, _LANE = "#dddddd", "#999999", "#444444"
 
 
 def svg(run: Run, a: dict, width: int = 1200) -> str:
     """The workers over time: a row per worker, a column per pixel coloured by the suite
     it spent most of that pixel's time in (grey: start-up; light grey: between cases);
-    cases of LONG_CASE_S or more outlined, with their id as a tooltip."""
+    cases of LONG_CASE_S or more outlined, with their id as a tooltip; the trap lane's
+    span on a row of its own."""
     tl = run.meta.get("timeline") or {}
     cases = [c for c in run.cases.values() if c.start is not None and c.end is not None]
     end = max(a["wall"]["end (last case to the reports)"] + max(c.end for c in cases), 1e-3)
@@ -218,12 +231,14 @@ def svg(run: Run, a: dict, width: int = 1200) -> str:
     for c in cases:
         by_worker[c.worker or "main"].append(c)
     row_h, top, left = 18, 24, 60
-    height = top + row_h * len(by_worker) + 40 + 16 * ((len(suites) + 5) // 6)
+    ln = a.get("lane") or {}
+    rows = len(by_worker) + (1 if ln.get("start") is not None and ln.get("end") is not None else 0)
+    height = top + row_h * rows + 40 + 16 * ((len(suites) + 5) // 6)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 10}" height="{height}" '
            f'font-family="sans-serif" font-size="11">']
     for t in range(0, int(end) + 1, max(1, int(end / 12))):
         x = left + t * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + row_h * len(by_worker)}" '
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + row_h * rows}" '
                    f'stroke="#eee"/><text x="{x:.1f}" y="{top - 8}" text-anchor="middle">{t}s</text>')
     workers = tl.get("workers") or {}
     for r, (wid, cs) in enumerate(sorted(by_worker.items())):
@@ -256,7 +271,14 @@ def svg(run: Run, a: dict, width: int = 1200) -> str:
                 out.append(f'<rect x="{left + c.start * scale:.1f}" y="{y + 1}" width="{(c.end - c.start) * scale:.1f}" '
                            f'height="{row_h - 2}" fill="none" stroke="#000" stroke-width="0.8">'
                            f'<title>{html.escape(c.id)}: {c.end - c.start:.2f} s from {c.start:.2f} s</title></rect>')
-    y = top + row_h * len(by_worker) + 20
+    if rows > len(by_worker):
+        y = top + len(by_worker) * row_h
+        out.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">lane</text>'
+                   f'<rect x="{left + ln["start"] * scale:.1f}" y="{y + 2}" '
+                   f'width="{max(1.0, (ln["end"] - ln["start"]) * scale):.1f}" height="{row_h - 4}" '
+                   f'fill="{_LANE}"><title>trap lane: {ln.get("ran", 0)} jobs from {ln["start"]:.2f} s '
+                   f'to {ln["end"]:.2f} s</title></rect>')
+    y = top + row_h * rows + 20
     legend = [(s, color[s]) for s in suites] + [("start-up", _STARTUP), ("between cases", _GAP)]
     for i, (name, fill) in enumerate(legend):
         x, yy = left + (i % 6) * 190, y + 16 * (i // 6)

@@ -88,6 +88,7 @@ def test_im2col_load(im2col_case, im2col_batches):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(tl.IM2COL, "im2col_trap")
 def test_im2col_load_trap(im2col_trap, gpu, kernels):
     """An unaligned channel coordinate (measured on the H100) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""

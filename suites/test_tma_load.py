@@ -125,6 +125,7 @@ def test_box_per_seed_004(case_id, gpu, kernels):
 
 @pytest.mark.isolated
 @pytest.mark.rule("tma-load.trap")
+@engine.runs_alone(tl.TILED, "trap_case")
 def test_tma_load_trap(trap_case, gpu, kernels):
     """An unaligned inner coordinate (measured on the H200) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""

@@ -47,6 +47,7 @@ def test_tma_prefetch(prefetch_case, prefetch_batches):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(tl.PREFETCH, "prefetch_trap")
 def test_tma_prefetch_trap(prefetch_trap, gpu, kernels):
     """A prefetch at coordinates where a load through the same map traps must trap the same
     way; it runs alone in the isolated child."""

@@ -70,6 +70,7 @@ def test_tma_reduce_im2col(im2col_reduce, im2col_reduce_batches):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(ts.WRITES, "reduce_negative")
 def test_tma_reduce_negative_coordinates(reduce_negative, gpu, kernels):
     """A reduction whose box starts at a negative coordinate is handled as one crossing
     the high edge (PTX ISA 5.5.3.3). Run alone in the isolated child (on the H100 it

@@ -82,6 +82,7 @@ def test_tma_store_variant(store_variant, store_variant_batches):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(ts.WRITES, "store_negative")
 def test_tma_store_negative_coordinates(store_negative, gpu, kernels):
     """A store whose box starts at a negative coordinate is handled as one crossing the
     high edge (PTX ISA 5.5.3.3): the elements inside the tensor written, nothing else.
@@ -96,6 +97,7 @@ def test_tma_store_im2col(im2col_store, im2col_store_batches):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(ts.WRITES, "im2col_corner")
 def test_tma_im2col_write_corner_outside(im2col_corner, gpu, kernels):
     """A store or reduction through an im2col map whose bounding box leaves the spatial
     extent (pixelBoxLowerCorner < 0, or pixelBoxUpperCorner > 0) writes the elements inside
@@ -106,6 +108,7 @@ def test_tma_im2col_write_corner_outside(im2col_corner, gpu, kernels):
 
 
 @pytest.mark.isolated
+@engine.runs_alone(ts.WRITES, "store_trap")
 def test_tma_store_trap(store_trap, gpu, kernels):
     """An innermost coordinate whose byte offset is not a multiple of 16 traps, as the
     load does (measured for loads, and for stores on the H100: model.EVIDENCE['trap']); run

@@ -145,6 +145,18 @@ def test_the_trap_cases_are_summed_apart():
     assert "cases that trap the GPU (results.json 'traps'): 1, 4.00 worker-s" in timeline.text(a)
 
 
+def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
+    run = _run()
+    run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3, "not_built": 0,
+                                    "outcomes": {"cuda_error": 2, "returned": 1}, "children": 4,
+                                    "child_starts": 6, "device": 0}
+    a = timeline.analyze(run)
+    assert ("trap lane: 3 of 3 jobs run ahead from 0.90 s to 4.40 s (3.50 s), 4 children in turn, "
+            "6 started; outcomes: cuda_error 2, returned 1") in timeline.text(a)
+    assert ">lane</text>" in timeline.svg(run, a) and "trap lane: 3 jobs" in timeline.svg(run, a)
+    assert "lane" not in timeline.svg(_run(), timeline.analyze(_run()))
+
+
 def test_what_the_timeline_does_not_cover_of_the_wall_is_unattributed():
     a = timeline.analyze(_run(), wall=10.0)
     assert a["unattributed_s"] == 2.0 and a["unattributed_pct"] == 20.0

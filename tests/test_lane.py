@@ -1,0 +1,181 @@
+"""The run's trap lane (fixtures/cuda_layer/lane.py): the jobs run ahead in a process of
+their own, each case takes its call's outcome, and a lane that does not run a job --
+not its call, not its GPU, dead, stuck -- leaves the case to make its own call."""
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fixtures.cuda_layer import lane
+from fixtures.cuda_layer.batching import run_order
+from fixtures.cuda_layer.placement import Gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def joined(tmp_path):
+    yield tmp_path / "lane"
+    lane.leave()
+    lane.stop(tmp_path / "lane")
+
+
+def job(name: str, *args, timeout: float = 60.0) -> lane.Job:
+    return lane.Job(key=lane.key_of(name, args), target=f"isolation_targets:{name}", args=args,
+                    timeout=timeout)
+
+
+def wait_for(cond, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_lane_runs_the_jobs_and_each_case_takes_its_outcome(joined):
+    """Values, a trap (a poisoned child: the next job gets a fresh one) and an exception
+    come back as the worker's own calls would; each taken outcome's window is kept."""
+    jobs = [job("add", 1, 2), job("poison_with_error"), job("boom"), job("add", 5, 5), job("pid"),
+            job("pid")]
+    lane.join(joined, jobs, None, os.getpid())
+    outs = [lane.take(j.key, None) for j in jobs]
+    assert [o.kind for o in outs] == ["returned", "cuda_error", "exception", "returned", "returned", "returned"]
+    assert outs[0].value == 3 and outs[3].value == 10
+    assert outs[1].error == "CUDA_ERROR_ILLEGAL_INSTRUCTION" and outs[1].poisoned
+    assert "planted failure" in outs[2].error
+    assert outs[4].value != os.getpid()             # it ran in a child of the lane
+    assert len(lane.TAKEN) == len(jobs) and all(a <= b for a, b in lane.TAKEN)
+    wait_for(lambda: (joined / lane.SUMMARY).exists())
+    summary = lane.stop(joined)
+    assert summary["jobs"] == summary["ran"] == len(jobs)
+    assert summary["outcomes"] == {"returned": 4, "cuda_error": 1, "exception": 1}
+    assert summary["child_starts"] >= lane.CHILDREN + 1       # a fresh child after the trap
+    assert not joined.exists()
+
+
+def test_a_call_the_lane_does_not_run_is_the_callers(joined):
+    """Not one of the lane's jobs, or on another GPU: None at once (the case makes its
+    own call); and without a lane at all."""
+    assert lane.take("nothing", None) is None
+    j = job("add", 1, 1)
+    lane.join(joined, [j], None, os.getpid())
+    t = time.monotonic()
+    assert lane.take(lane.key_of("other"), None) is None
+    assert lane.take(j.key, 3) is None
+    assert time.monotonic() - t < 1.0
+    assert lane.take(j.key, None).value == 2
+
+
+def test_the_second_process_reads_the_jobs_of_the_first(joined):
+    """Every process joins with the same jobs; only the first writes them and starts the
+    lane (one lane per run)."""
+    jobs = [job("add", 2, 2)]
+    first = lane.join(joined, jobs, None, os.getpid())
+    second = lane.join(joined, [job("add", 9, 9)], None, os.getpid())
+    assert first.proc is not None and second.proc is None
+    assert second.keys == {jobs[0].key}
+    assert lane.take(jobs[0].key, None).value == 4
+
+
+def test_a_dead_lane_leaves_its_cases_to_their_workers(joined):
+    """The lane dies in a hanging job: a case waiting for a later job stops waiting and
+    makes its own call; the controller's stop says the lane did not finish."""
+    jobs = [job("hang"), job("add", 1, 1)]
+    j = lane.join(joined, jobs, None, os.getpid())
+    wait_for(lambda: (joined / lane.PID).exists())
+    os.kill(int((joined / lane.PID).read_text()), signal.SIGKILL)
+    t = time.monotonic()
+    assert lane.take(jobs[1].key, None) is None
+    assert time.monotonic() - t < 5.0
+    assert j.proc.wait(5) == -signal.SIGKILL
+    assert "did not finish" in lane.stop(joined)["stopped"]
+
+
+def test_a_lane_that_never_started_is_given_up(joined, monkeypatch):
+    """No pid after the start grace: the case makes its own call."""
+    monkeypatch.setattr(lane, "START_GRACE_S", 0.2)
+    joined.mkdir()
+    (joined / lane.OUT).mkdir()
+    (joined / lane.JOBS).write_bytes(pickle.dumps([job("add", 1, 1)]))
+    lane.join(joined, [], None, os.getpid())         # someone else "claimed" it and died
+    assert lane.take(job("add", 1, 1).key, None) is None
+
+
+def test_the_lane_stops_when_the_run_is_gone(joined):
+    """Tied to the run's process (here: one that has exited), the lane stops before its
+    jobs and says why."""
+    import subprocess
+    import sys
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lane.join(joined, [job("add", 1, 1)], None, gone.pid)
+    wait_for(lambda: (joined / lane.SUMMARY).exists() or (lane._joined.proc.poll() is not None))
+    assert lane.take(job("add", 1, 1).key, None) is None
+
+
+def test_the_lane_units_come_last_in_collection_order():
+    """run_order: the lane's cases after every other unit (heavy ones spread as before),
+    in their collection order, which is the lane's."""
+    ids = [f"t.py::test_a[{i}]" for i in range(40)] + ["t.py::test_trap[x]", "t.py::test_trap[y]",
+                                                       "t.py::test_iso"]
+    laned = lambda i: ids[i].startswith("t.py::test_trap")            # noqa: E731
+    heavy = lambda i: ids[i] == "t.py::test_iso"                       # noqa: E731
+    order = run_order(ids, heavy, last=laned)
+    assert sorted(order) == list(range(len(ids)))
+    assert [ids[i] for i in order[-2:]] == ["t.py::test_trap[x]", "t.py::test_trap[y]"]
+    assert order.index(ids.index("t.py::test_iso")) < len(ids) - 2
+    assert run_order(ids, heavy) == run_order(ids, heavy, last=None)
+
+
+def test_the_marker_names_the_call_the_case_makes():
+    """The key a ``runs_alone`` marker gives a case at collection (the plugin's view of
+    the GPU and the kernel cache) is the key ``run_alone`` computes in the case (the
+    ``gpu`` fixture's Gpu, the ``kernels`` fixture's cache folder)."""
+    import fixtures.tma_load as tl
+    from fixtures import engine
+    from fixtures.engine.batches import alone_key
+    from fixtures.tma_box import tiled_cases
+    case = next(c for c in tiled_cases.generate("smoke") if c.expect == "trap")
+    plugin_gpu = SimpleNamespace(ordinal=0, sm=90, arch="sm_90a")
+    fixture_gpu = Gpu(0, "NVIDIA H100", (9, 0), "sm_90a")
+    cache = Path("/tmp/kernels")
+    j = engine.RunsAlone(tl.TILED, "trap_case").job({"trap_case": case}, plugin_gpu, cache)
+    assert j.key == alone_key(tl.TILED, case, fixture_gpu, str(cache))
+    assert j.key != alone_key(tl.PREFETCH, case, fixture_gpu, cache)
+    assert j.target == engine.batches.TARGET and j.args[1] == [case]
+
+
+def _calls(fn: ast.FunctionDef) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+
+
+def test_every_case_run_alone_through_the_engine_is_declared_to_the_lane():
+    """A suite test that runs its case alone through an operation (``engine.expect_trap``,
+    ``check_write_alone``) carries ``engine.runs_alone`` with that operation and that
+    parameter: otherwise the lane never runs it and its worker traps during the run."""
+    seen = 0
+    for path in sorted((ROOT / "suites").glob("test_*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for call in _calls(fn):
+                name = ast.unparse(call.func)
+                if name.endswith("expect_trap"):
+                    param, op = ast.unparse(call.args[0]), ast.unparse(call.args[1])
+                elif name.endswith("check_write_alone"):
+                    param, op = ast.unparse(call.args[0]), "ts.WRITES"
+                else:
+                    continue
+                seen += 1
+                marks = [ast.unparse(d) for d in fn.decorator_list]
+                assert f"engine.runs_alone({op}, {param!r})" in marks, (
+                    f"{path.name}::{fn.name} runs {param} alone through {op} without "
+                    f"@engine.runs_alone({op}, \"{param}\"): {marks}")
+    assert seen >= 7
