@@ -24,8 +24,7 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures import engine
-from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.cuda_layer import lane, status as st
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.registry import check, fail
 from fixtures.tma_box import tiled, tiled_cases
@@ -151,12 +150,15 @@ _BIG = [
 @pytest.mark.isolated
 @pytest.mark.parametrize("case_id,dtype,dims,strides,box", _BIG, ids=[b[0] for b in _BIG])
 @pytest.mark.rule("tma-load.global-dim-range")
+@pytest.mark.runs_alone(lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args,
+                                       builds=(engine.device_maps.KERNEL_SOURCE,)))
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
-    the model's tile. Runs alone in a child process, since a trap kills the context."""
+    the model's tile. Runs alone in a child process, since a trap kills the context
+    (the run's trap lane may run it ahead)."""
     kernels.build(engine.device_maps.KERNEL_SOURCE, arch=gpu.arch)  # a build failure: "could not build"
-    out = run_isolated("fixtures.tma_load.operations:large_dim_target", int(dtype), dims, strides, box,
-                       gpu.arch, str(kernels.cache_dir), device=gpu.ordinal, timeout=120, alone=True)
+    args = tl.large_dim_args(dict(dtype=dtype, dims=dims, strides=strides, box=box), gpu, kernels.cache_dir)
+    out = lane.call_alone(tl.LARGE_DIM_TARGET, *args, device=gpu.ordinal, timeout=120)
     rule = "tma-load.global-dim-range"
     check(out.kind == "returned", rule, case_id,
           f"dims {list(dims)}: the load through the host-encoded map failed: "

@@ -6,9 +6,15 @@ import pytest
 from fixtures.cuda_layer.isolation import IsolatedRunner, run_isolated
 
 
-@pytest.fixture
-def runner():
-    r = IsolatedRunner()
+# Forking from a pytest process (threads of its own) is what Python 3.12 warns of; the
+# child touches none of their locks (the lane forks from its main thread likewise).
+@pytest.fixture(params=[False, pytest.param(True, marks=pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"))],
+    ids=["spawned", "forked"])
+def runner(request):
+    """A runner whose children are new interpreters, or forked from this process (the
+    trap lane's: fixtures/cuda_layer/lane.py); each behaves the same."""
+    r = IsolatedRunner(fork=request.param)
     yield r
     r.stop()
 

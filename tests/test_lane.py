@@ -179,3 +179,19 @@ def test_every_case_run_alone_through_the_engine_is_declared_to_the_lane():
                     f"{path.name}::{fn.name} runs {param} alone through {op} without "
                     f"@engine.runs_alone({op}, \"{param}\"): {marks}")
     assert seen >= 7
+
+
+def test_a_call_of_its_own_is_keyed_as_the_case_makes_it(joined):
+    """An ``AloneCall`` marker's job (test_large_global_dim's) has the key of the case's
+    own ``call_alone``: the case takes the lane's outcome of it."""
+    import fixtures.tma_load as tl
+    from fixtures.tensormap.enums import DataType
+    params = {"case_id": "x", "dtype": DataType.UINT8, "dims": (1 << 31,), "strides": (), "box": (32,)}
+    gpu = SimpleNamespace(ordinal=None, sm=90, arch="sm_90a")
+    j = lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args, builds=("x.cu",)).job(params, gpu, Path("/c"))
+    assert j.args == (int(DataType.UINT8), (1 << 31,), (), (32,), "sm_90a", "/c")
+    assert j.builds == (("x.cu", "sm_90a", "/c"),)
+    mine = lane.Job(key=j.key, target="isolation_targets:add", args=(1, 2))   # what the lane answers
+    lane.join(joined, [mine], None, os.getpid())
+    out = lane.call_alone(tl.LARGE_DIM_TARGET, *tl.large_dim_args(params, gpu, "/c"), device=None)
+    assert out.value == 3                   # the lane's outcome, not a call of the target here
