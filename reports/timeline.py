@@ -200,6 +200,8 @@ def text(a: dict) -> str:
         lines += ["", f"trap lane: {ln.get('ran', 0)} of {ln.get('jobs', 0)} jobs run ahead {span}, "
                       f"{ln.get('children')} children in turn, {ln.get('child_starts')} started; "
                       f"outcomes: {kinds or 'none'}"
+                      + (f"; {ln['calls_s']:.2f} s in calls, {ln['waited_s']:.2f} s waiting for a child"
+                         if ln.get("calls_s") is not None and ln.get("waited_s") is not None else "")
                       + (f"; {ln.get('not_built')} left to their cases (kernels did not build)"
                          if ln.get("not_built") else "")
                       + (f"; stopped early: {ln['stopped']}" if ln.get("stopped") else "")]

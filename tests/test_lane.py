@@ -56,7 +56,7 @@ def test_the_lane_runs_the_jobs_and_each_case_takes_its_outcome(joined):
     summary = lane.stop(joined)
     assert summary["jobs"] == summary["ran"] == len(jobs)
     assert summary["outcomes"] == {"returned": 4, "cuda_error": 1, "exception": 1}
-    assert summary["child_starts"] >= lane.CHILDREN + 1       # a fresh child after the trap
+    assert summary["child_starts"] >= min(lane.CHILDREN, len(jobs)) + 1    # a fresh one after the trap
     assert not joined.exists()
 
 
