@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.cuda_layer.isolation import alive
+
 from nested_run import make_tree, pytest_start, started_tree, wait_for
 
 TREE = '''
@@ -55,19 +57,6 @@ def hang(pidfile):
 '''
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:       # a zombie not reaped yet is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def signalled_run(tmp_path: Path, sig: int, whole_group: bool, again: bool = False):
     """Start ``pytest -n 2`` in its own session, wait until the isolated child is up and
     some cases finished, send ``sig`` (to the controller or the group); returns
@@ -102,7 +91,7 @@ def signalled_run(tmp_path: Path, sig: int, whole_group: bool, again: bool = Fal
 def _no_process_left(pids: list[int]) -> list[int]:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if alive(p)]
         if not left:
             return []
         time.sleep(0.1)
