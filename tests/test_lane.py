@@ -84,6 +84,22 @@ def test_the_second_process_reads_the_jobs_of_the_first(joined):
     assert lane.take(jobs[0].key, None).value == 4
 
 
+def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
+    """The lane's child cannot see its GPU (here: no driver at all): the case takes the
+    outcome no_gpu, and this process records the loss as for its own call (isolation's
+    LOST, which the harness turns into the run's GPU LOST); the lane stops there."""
+    from fixtures.cuda_layer import cuda_env, isolation
+    if cuda_env.probe().available:
+        pytest.skip("this machine has a GPU: the call would run")
+    jobs = [job("add", 1, 1), job("add", 2, 2)]
+    before = len(isolation.LOST)
+    lane.join(joined, jobs, 0, os.getpid())
+    assert lane.take(jobs[0].key, 0).kind == "no_gpu"
+    assert len(isolation.LOST) == before + 1 and isolation.LOST[-1][1] == 0
+    assert lane.take(jobs[1].key, 0) is None           # the lane stopped: the case calls itself
+    del isolation.LOST[before:]
+
+
 def test_a_dead_lane_leaves_its_cases_to_their_workers(joined):
     """The lane dies in a hanging job: a case waiting for a later job stops waiting and
     makes its own call; the controller's stop says the lane did not finish."""
