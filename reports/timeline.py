@@ -194,8 +194,11 @@ def text(a: dict) -> str:
                       f"trap at a time, more slowly the more contexts are open)"]
     ln = a.get("lane")
     if ln:
-        span = (f"from {ln['start']:.2f} s to {ln['end']:.2f} s ({ln['end'] - ln['start']:.2f} s)"
-                if ln.get("start") is not None and ln.get("end") is not None else "")
+        begin = ln.get("jobs_at") if ln.get("jobs_at") is not None else ln.get("start")
+        span = (f"from {begin:.2f} s to {ln['end']:.2f} s ({ln['end'] - begin:.2f} s)"
+                if begin is not None and ln.get("end") is not None else "")
+        if ln.get("jobs_at") is not None and ln.get("start") is not None:
+            span += f", the lane started at {ln['start']:.2f} s"
         kinds = ", ".join(f"{k} {v}" for k, v in sorted((ln.get("outcomes") or {}).items()))
         lines += ["", f"trap lane: {ln.get('ran', 0)} of {ln.get('jobs', 0)} jobs run ahead {span}, "
                       f"{ln.get('children')} children in turn, {ln.get('child_starts')} started; "

@@ -27,6 +27,15 @@ def joined(tmp_path):
     lane.stop(tmp_path / "lane")
 
 
+def begin(path: Path, jobs: list, device=None, watch: int | None = None) -> lane.Joined:
+    """The lane started (as the controller does) and joined with ``jobs`` (as the first
+    worker to collect does)."""
+    proc = lane.start(path, device, os.getpid() if watch is None else watch)
+    joined = lane.join(path, jobs, device)
+    joined.proc = proc
+    return joined
+
+
 def job(name: str, *args, timeout: float = 60.0) -> lane.Job:
     return lane.Job(key=lane.key_of(name, args), target=f"isolation_targets:{name}", args=args,
                     timeout=timeout)
@@ -44,7 +53,7 @@ def test_the_lane_runs_the_jobs_and_each_case_takes_its_outcome(joined):
     come back as the worker's own calls would; each taken outcome's window is kept."""
     jobs = [job("add", 1, 2), job("poison_with_error"), job("boom"), job("add", 5, 5), job("pid"),
             job("pid")]
-    lane.join(joined, jobs, None, os.getpid())
+    begin(joined, jobs)
     outs = [lane.take(j.key, None) for j in jobs]
     assert [o.kind for o in outs] == ["returned", "cuda_error", "exception", "returned", "returned", "returned"]
     assert outs[0].value == 3 and outs[3].value == 10
@@ -65,7 +74,7 @@ def test_a_call_the_lane_does_not_run_is_the_callers(joined):
     own call); and without a lane at all."""
     assert lane.take("nothing", None) is None
     j = job("add", 1, 1)
-    lane.join(joined, [j], None, os.getpid())
+    begin(joined, [j])
     t = time.monotonic()
     assert lane.take(lane.key_of("other"), None) is None
     assert lane.take(j.key, 3) is None
@@ -74,14 +83,22 @@ def test_a_call_the_lane_does_not_run_is_the_callers(joined):
 
 
 def test_the_second_process_reads_the_jobs_of_the_first(joined):
-    """Every process joins with the same jobs; only the first writes them and starts the
-    lane (one lane per run)."""
+    """Every process joins with the same jobs; the lane runs the first one's."""
     jobs = [job("add", 2, 2)]
-    first = lane.join(joined, jobs, None, os.getpid())
-    second = lane.join(joined, [job("add", 9, 9)], None, os.getpid())
-    assert first.proc is not None and second.proc is None
+    begin(joined, jobs)
+    second = lane.join(joined, [job("add", 9, 9)], None)
     assert second.keys == {jobs[0].key}
     assert lane.take(jobs[0].key, None).value == 4
+
+
+def test_a_run_without_jobs_ends_the_lane(joined):
+    """The lane started with the run; the first process to collect has none of its
+    cases: the lane ends at once (its children's contexts closed)."""
+    j = begin(joined, [])
+    assert j.proc.wait(30) == 0
+    summary = lane.stop(joined)
+    assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
+    assert summary["jobs_at"] >= summary["start"]
 
 
 def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
@@ -93,7 +110,7 @@ def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
         pytest.skip("this machine has a GPU: the call would run")
     jobs = [job("add", 1, 1), job("add", 2, 2)]
     before = len(isolation.LOST)
-    lane.join(joined, jobs, 0, os.getpid())
+    begin(joined, jobs, device=0)
     assert lane.take(jobs[0].key, 0).kind == "no_gpu"
     assert len(isolation.LOST) == before + 1 and isolation.LOST[-1][1] == 0
     assert lane.take(jobs[1].key, 0) is None           # the lane stopped: the case calls itself
@@ -104,7 +121,7 @@ def test_a_dead_lane_leaves_its_cases_to_their_workers(joined):
     """The lane dies in a hanging job: a case waiting for a later job stops waiting and
     makes its own call; the controller's stop says the lane did not finish."""
     jobs = [job("hang"), job("add", 1, 1)]
-    j = lane.join(joined, jobs, None, os.getpid())
+    j = begin(joined, jobs)
     wait_for(lambda: (joined / lane.PID).exists())
     os.kill(int((joined / lane.PID).read_text()), signal.SIGKILL)
     t = time.monotonic()
@@ -120,7 +137,7 @@ def test_a_lane_that_never_started_is_given_up(joined, monkeypatch):
     joined.mkdir()
     (joined / lane.OUT).mkdir()
     (joined / lane.JOBS).write_bytes(pickle.dumps([job("add", 1, 1)]))
-    lane.join(joined, [], None, os.getpid())         # someone else "claimed" it and died
+    lane.join(joined, [], None)          # the jobs written, the lane never started
     assert lane.take(job("add", 1, 1).key, None) is None
 
 
@@ -131,9 +148,21 @@ def test_the_lane_stops_when_the_run_is_gone(joined):
     import sys
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    lane.join(joined, [job("add", 1, 1)], None, gone.pid)
-    wait_for(lambda: (joined / lane.SUMMARY).exists() or (lane._joined.proc.poll() is not None))
+    j = begin(joined, [job("add", 1, 1)], watch=gone.pid)
+    wait_for(lambda: (joined / lane.SUMMARY).exists() or j.proc.poll() is not None)
     assert lane.take(job("add", 1, 1).key, None) is None
+
+
+def test_a_run_that_ends_before_its_jobs_come_ends_the_lane(joined):
+    """Started with a run that ends before any process collected: the lane stops and
+    says why."""
+    import subprocess
+    import sys
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    proc = lane.start(joined, None, run.pid)
+    run.wait()
+    assert proc.wait(30) == 0
+    assert "ended before its jobs came" in lane.stop(joined)["stopped"]
 
 
 def test_the_lane_units_come_last_in_collection_order():
@@ -208,6 +237,6 @@ def test_a_call_of_its_own_is_keyed_as_the_case_makes_it(joined):
     assert j.args == (int(DataType.UINT8), (1 << 31,), (), (32,), "sm_90a", "/c")
     assert j.builds == (("x.cu", "sm_90a", "/c"),)
     mine = lane.Job(key=j.key, target="isolation_targets:add", args=(1, 2))   # what the lane answers
-    lane.join(joined, [mine], None, os.getpid())
+    begin(joined, [mine])
     out = lane.call_alone(tl.LARGE_DIM_TARGET, *tl.large_dim_args(params, gpu, "/c"), device=None)
     assert out.value == 3                   # the lane's outcome, not a call of the target here
