@@ -69,6 +69,17 @@ def test_the_lane_runs_the_jobs_and_each_case_takes_its_outcome(joined):
     assert not joined.exists()
 
 
+def test_a_hang_and_a_crash_in_the_lane_are_their_cases_outcomes(joined):
+    """A job that hangs past its timeout (its child killed) and one whose child dies are
+    their cases' outcomes, as in the worker's own call; the jobs after them run."""
+    jobs = [job("hang", timeout=1.0), job("crash"), job("add", 3, 4)]
+    begin(joined, jobs)
+    outs = [lane.take(j.key, None) for j in jobs]
+    assert [o.kind for o in outs] == ["timeout", "crashed", "returned"], outs
+    assert "no answer from isolation_targets:hang within 1 s" in outs[0].error
+    assert outs[1].error == "child exited with status 3" and outs[2].value == 7
+
+
 def test_a_call_the_lane_does_not_run_is_the_callers(joined):
     """Not one of the lane's jobs, or on another GPU: None at once (the case makes its
     own call); and without a lane at all."""
