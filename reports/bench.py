@@ -190,7 +190,7 @@ def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None,
             for visible in ("0", ",".join(str(i) for i in range(result["gpus"]))):
                 r = _pytest(["-n", "auto", f"--sweep={scale_sweep}", kc, *extra],
                             env={**env, "CUDA_VISIBLE_DEVICES": visible})
-                result["gpu_split"].append({"visible": visible, **r})
+                result["gpu_split"].append({"visible": visible, "sweep": scale_sweep, **r})
     if peer:
         p = Path(peer).resolve()
         r = _pytest(["-n", str(peer_workers), str(p)], cwd=p.parent if p.is_file() else p, ours=False)
@@ -228,6 +228,8 @@ def table(result: dict) -> str:
         lines.append(row(r, r["cache"], "auto"))
     for r in result["scaling"]:
         lines.append(row(r, "warm", r["workers"]))
+    for r in result["gpu_split"]:
+        lines.append(row({**r, "sweep": f"{r.get('sweep', '')} on GPUs {r['visible']}"}, "warm", "auto"))
     ratio = per_case_ratio(result)
     if result.get("peer"):
         p = result["peer"]
@@ -240,8 +242,6 @@ def table(result: dict) -> str:
         a = r.get("timeline") or {}
         if "wall" in a:
             lines += ["", f"### {r['sweep']} ({r['cache']})", "", "```", timeline.text(a), "```"]
-    for r in result["gpu_split"]:
-        lines.append(f"| GPUs {r['visible']} | warm | auto | {r['cases']} | {r['wall_s']} | |")
     lines += ["", "| sweep | collection in one process s |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result.get("collection_s", {}).items()]
     if result.get("startup"):

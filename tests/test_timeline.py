@@ -176,6 +176,22 @@ def test_a_run_without_times_is_refused():
         timeline.analyze(run)
 
 
+def test_bench_table_keeps_every_run_in_its_table():
+    """The one-GPU-against-all rows of a several-GPU node are rows of the runs' table, with
+    its columns, before the per-run breakdowns."""
+    from reports import bench
+    run = {"wall_s": 10.0, "cases": 100, "summary": "100 passed in 10.0s", "timeline": None, "suites": {}}
+    result = {"gpus": 2, "cpus": 16, "compile": [], "collection_s": {}, "startup": [], "peer": None,
+              "sweeps": [{"sweep": "smoke", "cache": "cold", **run}], "scaling": [],
+              "gpu_split": [{"visible": "0", "sweep": "standard", **run},
+                            {"visible": "0,1", "sweep": "standard", **run}]}
+    lines = bench.table(result).splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("| sweep | cache |"))
+    rows = lines[head + 2:lines.index("", head)]
+    assert [r.split(" | ")[0] for r in rows] == ["| smoke", "| standard on GPUs 0", "| standard on GPUs 0,1"]
+    assert {r.count("|") for r in rows} == {lines[head].count("|")}
+
+
 def test_bench_times_sweeps_cold_and_warm_and_a_peer(tmp_path):
     """``python -m reports bench`` on one small suite: the sweep cold then warm, each with
     where its wall went (nothing unattributed on this machine either), a peer file in the
