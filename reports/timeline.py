@@ -189,9 +189,10 @@ def text(a: dict) -> str:
                      f"{s['teardown']:.2f} | {s['ms_per_case']:.2f} | {s['longest_s']:.2f} |")
     tc = a.get("trap_cases") or {}
     if tc.get("count"):
+        why = ("most of them took their outcome from the trap lane, below" if a.get("lane") else
+               "the GPU recovers from one trap at a time, more slowly the more contexts are open")
         lines += ["", f"cases that trap the GPU (results.json 'traps'): {tc['count']}, {tc['seconds']:.2f} "
-                      f"worker-s, {tc['seconds'] / tc['count']:.2f} s each (the GPU recovers from one "
-                      f"trap at a time, more slowly the more contexts are open)"]
+                      f"worker-s, {tc['seconds'] / tc['count']:.2f} s each ({why})"]
     ln = a.get("lane")
     if ln:
         begin = ln.get("jobs_at") if ln.get("jobs_at") is not None else ln.get("start")

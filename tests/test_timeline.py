@@ -154,6 +154,9 @@ def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
     assert ("trap lane: 3 of 3 jobs run ahead from 0.90 s to 4.40 s (3.50 s), 4 children in turn, "
             "6 started; outcomes: cuda_error 2, returned 1") in timeline.text(a)
     assert ">lane</text>" in timeline.svg(run, a) and "trap lane: 3 jobs" in timeline.svg(run, a)
+    run.meta["traps"] = [{"id": "suites/test_a.py::test[c2]", "start": "x", "stop": "y", "state": "passed"}]
+    assert "4.00 s each (most of them took their outcome from the trap lane, below)" in \
+        timeline.text(timeline.analyze(run))
     run.meta["timeline"]["lane"]["jobs_at"] = 1.4
     assert "run ahead from 1.40 s to 4.40 s (3.00 s), the lane started at 0.90 s, 4 children" in \
         timeline.text(timeline.analyze(run))
