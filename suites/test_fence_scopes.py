@@ -167,8 +167,10 @@ def test_across_kernels_no_acquire(gpu, kernels, request, case):
     """REPORT ONLY. The consumer kernel does not acquire at all: stream order (a kernel
     boundary) is the only ordering. Seed 001: "stream-order synchronization do[es] not
     suffice"; the counts are recorded, success is not asserted."""
+    # its modes put kernels on two streams at once: the child keeps the worker's hardware
+    # work queues (fixtures.fences.runner.SEVERAL_STREAMS)
     out = run_isolated("fixtures.fences.runner:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
-                       device=gpu.ordinal, timeout=240, acquire=False, **case)
+                       device=gpu.ordinal, timeout=240, acquire=False, streams=True, **case)
     _report_outcome(request, out)
 
 

@@ -81,3 +81,7 @@ class TxOverride:
     def __call__(self, case) -> int:
         from fixtures.tma_box import tiled
         return self.counts.get(case.id, tiled.smem_bytes(case.load))
+
+
+def environ(name):
+    return os.environ.get(name)

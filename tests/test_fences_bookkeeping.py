@@ -221,3 +221,31 @@ def test_stale_analysis_names_a_descriptor_that_was_never_refetched():
     # A record both maps would give (e.g. an all-zero box) counts as the first map's.
     assert a["leading_ok_iterations"] == 2
     assert a["as_first_map"] >= 8 * 3 and a["as_first_map"] + a["as_previous_map"] == 18 * 3
+
+
+def test_scenarios_on_several_streams_keep_the_workers_hardware_queues():
+    """A scenario that creates more than one stream is in SEVERAL_STREAMS, and every suite
+    call that runs one in a child passes ``streams=True``: the batches' child has one
+    hardware work queue per context, which would serialize what the scenario runs at once."""
+    import ast
+    import inspect
+    from fixtures.fences import runner
+    several = {name for name, fn in runner.RUNNERS.items()
+               if inspect.getsource(fn).count("Stream(") > 1}
+    assert several and several <= runner.SEVERAL_STREAMS <= set(runner.RUNNERS)
+    root = Path(__file__).resolve().parents[1]
+    calls = 0
+    for path in sorted((root / "suites").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_isolated"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value == "fixtures.fences.runner:isolated"):
+                continue
+            calls += 1
+            scenario = node.args[1].value
+            streams = {k.arg: k.value for k in node.keywords}.get("streams")
+            on = isinstance(streams, ast.Constant) and streams.value is True
+            assert on == (scenario in runner.SEVERAL_STREAMS), (
+                f"{path.name}:{node.lineno}: run_isolated of {scenario!r} "
+                f"{'lacks' if not on else 'should not pass'} streams=True")
+    assert calls >= 3

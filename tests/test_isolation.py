@@ -199,8 +199,42 @@ def test_a_child_that_cannot_open_its_gpu_is_replaced_before_the_call(runner):
     assert call(runner, "add", 1, 2).value == 3
 
 
-def test_the_runners_are_two():
+def test_the_runners_are_three():
     from fixtures.cuda_layer.isolation import runner as named
     assert named("batches") is named() and named("alone") is not named()
+    assert named("streams") not in (named(), named("alone"))
     with pytest.raises(ValueError, match="one of"):
         named("spare")
+
+
+@pytest.mark.parametrize("user", [None, "4"], ids=["unset", "user-4"])
+def test_children_have_one_hardware_queue_but_the_streams_one(monkeypatch, user):
+    """The batches' and the traps' children run with CUDA_DEVICE_MAX_CONNECTIONS=1 (one
+    kernel on one stream each: they open faster and trap cheaper); the child of the
+    targets that run kernels on several streams at once keeps the worker's own setting,
+    as does the worker."""
+    from fixtures.cuda_layer import cuda_env, isolation
+    if user is None:
+        monkeypatch.delenv(cuda_env.CONNECTIONS, raising=False)
+    else:
+        monkeypatch.setenv(cuda_env.CONNECTIONS, user)
+    monkeypatch.setattr(isolation, "_runners", {})
+    try:
+        def seen(**kw):
+            out = run_isolated("isolation_targets:environ", cuda_env.CONNECTIONS, device=None, **kw)
+            assert out.kind == "returned", out
+            return out.value
+        assert seen() == "1" and seen(alone=True) == "1"
+        assert seen(streams=True) == user
+        assert os.environ.get(cuda_env.CONNECTIONS) == user     # the worker's own: untouched
+    finally:
+        for r in isolation._runners.values():
+            r.stop()
+
+
+def test_one_queue_leaves_the_environment_it_is_given_alone(monkeypatch):
+    from fixtures.cuda_layer import cuda_env
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "8")
+    given = {"A": "b"}
+    assert cuda_env.one_queue(given) == {"A": "b", cuda_env.CONNECTIONS: "1"} and given == {"A": "b"}
+    assert cuda_env.one_queue()[cuda_env.CONNECTIONS] == "1" and os.environ[cuda_env.CONNECTIONS] == "8"
