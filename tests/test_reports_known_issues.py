@@ -136,3 +136,40 @@ def test_signature_absorbs_only_the_described_failure():
     assert m.explains([("map.align64", "x: the driver and the documented rules disagree\n"
                                        "  driver: CUDA_SUCCESS")])[0]
     assert not m.explains([("map.align64", "x\n  driver: CUDA_ERROR_INVALID_VALUE")])[0]
+
+
+def test_a_failure_the_entry_explains_is_one_line_any_other_keeps_its_traceback():
+    """An explained failure becomes a known issue reported by its reason, so pytest's
+    traceback of it (every file in it parsed again) is not built: its repr is the
+    exception's line. A failure the entry does not explain fails the case, with the
+    traceback pytest gives it."""
+    from fixtures.plugins.known_issues import _known_failure_repr
+    (entry, _) = parse(GOOD, "x")
+
+    class RuleFailure(Exception):       # errors_of reads ``errors``, as the registry's has
+        def __init__(self, case, errors):
+            super().__init__(f"[rule {errors[0][0]}] [case {case}] {errors[0][1]}")
+            self.errors = errors
+
+    class Item:
+        nodeid = "suites/test_host_encode.py::test_rule[tiled-rank1-x]"
+        own_markers = ()
+
+        def get_closest_marker(self, name):
+            return None
+
+        def repr_failure(self, excinfo):
+            return "the whole traceback"
+
+    def raised(errors):
+        try:
+            raise RuleFailure("tiled-rank1-x", errors)
+        except RuleFailure:
+            return pytest.ExceptionInfo.from_current()
+    item = Item()
+    short = _known_failure_repr(item, entry)
+    explained = raised([("accepts-valid", "driver: CUDA_ERROR_INVALID_VALUE for rank 1")])
+    assert short(explained) == explained.exconly()
+    assert "[rule accepts-valid]" in short(explained) and "\n" not in short(explained).strip()
+    assert short(raised([("accepts-valid", "something else")])) == "the whole traceback"
+    assert short(raised([("other-rule", "driver: CUDA_ERROR_INVALID_VALUE")])) == "the whole traceback"
