@@ -393,3 +393,35 @@ def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(mo
                               option=SimpleNamespace(collectonly=True), stash=Stash())
     plugin.pytest_sessionstart(SimpleNamespace(config=listing))
     assert started == [3]
+
+
+def test_a_build_nvcc_refuses_is_cached_and_raised_again(tmp_path, monkeypatch):
+    """nvcc's refusal of a build is an entry of the kernel cache: a second build of the
+    same key raises the same NvccError (command and output) without running nvcc; an
+    entry that does not read whole is asked of nvcc again."""
+    from fixtures.device_encode import nvcc as nv
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "nvcc"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "release 99.9, V99.9.1"; exit 0; fi\n'
+                    f'echo run >> {calls}\necho "error: tensormap form not supported on this target" >&2\n'
+                    f'exit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    nv.nvcc_version.cache_clear()
+    cache = tmp_path / "cache"
+
+    def refused():
+        with pytest.raises(nv.NvccError) as info:
+            nv.nvcc_build("device_encode.cu", "sm_90", cache, {"TMAC_DE_PROBE": 1})
+        return info.value
+    first = refused()
+    second = refused()
+    assert calls.read_text().count("run") == 1, "the refusal was compiled again"
+    assert (second.cmd, second.log) == (first.cmd, first.log) and "not supported" in second.log
+    entries = list(cache.glob("*.refused.json"))
+    assert len(entries) == 1
+    entries[0].write_text("{not json")
+    assert "not supported" in refused().log and calls.read_text().count("run") == 2
+    assert refused() and calls.read_text().count("run") == 2     # written anew: read again
+    nv.nvcc_version.cache_clear()
