@@ -109,3 +109,20 @@ def test_the_share_comes_first_in_the_sessions_collection(monkeypatch):
     session.config = "the session's"
     collection.pytest_collectstart(session)
     assert configs == ["the session's"]
+
+
+def test_write_once_the_first_writer_wins(tmp_path, monkeypatch):
+    """``paths.write_once``: the first process writes the file whole, later ones leave it
+    (the trap lane's jobs, the run's lost-GPU record); without hard links it is written
+    atomically."""
+    target = tmp_path / "once.json"
+    assert paths.write_once(target, b"first") is True
+    assert paths.write_once(target, b"second") is False
+    assert target.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == ["once.json"]
+
+    def no_links(src, dst):
+        raise PermissionError("no hard links here")
+    monkeypatch.setattr(os, "link", no_links)
+    other = tmp_path / "other.json"
+    assert paths.write_once(other, b"whole") is True and other.read_bytes() == b"whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["once.json", "other.json"]
