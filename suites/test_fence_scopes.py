@@ -131,7 +131,10 @@ def test_across_blocks_no_acquire(gpu, kernels, request, case):
     _report_outcome(request, out)
 
 
-def _report_outcome(request, out):
+def _report_outcome(request, out, report_only=True):
+    """Record an isolated run's outcome; its Result when it returned one, else None. A
+    report-only run fails only where the harness broke (neither a CUDA error nor a
+    timeout); the caller of one that is not report-only checks the None itself."""
     request.node.user_properties.append(("outcome", out.kind))
     if out.kind == "returned":
         _report(request, out.value)
@@ -143,20 +146,32 @@ def _report_outcome(request, out):
         return out.value
     request.node.user_properties.append(("error", out.error))
     print(f"outcome: {out}")
-    check(out.kind in ("cuda_error", "timeout"), "run.isolated-child", request.node.callspec.id,
-          f"the report-only run broke in the harness: {out}\n{out.detail}")
+    if report_only:
+        check(out.kind in ("cuda_error", "timeout"), "run.isolated-child", request.node.callspec.id,
+              f"the report-only run broke in the harness: {out}\n{out.detail}")
     return None
 
 
 # ------------------------------------------------------------------ 3. across kernels
+@pytest.mark.isolated
 @pytest.mark.rule("fence.release-acquire")
 def test_across_kernels(gpu, kernels, request, case):
     """A producer kernel publishes each version into a map in global memory; a consumer
     kernel's blocks each acquire it at the scope and load. Ordered by one stream, by
     events between two streams, or captured once in a CUDA graph whose replays each
-    encode the next version (new address and dims: cudnn-frontend#1126)."""
-    r = _run(gpu, kernels, fences.run_across_kernels, **case)
-    _report(request, r)
+    encode the next version (new address and dims: cudnn-frontend#1126). The events
+    mode puts kernels on two streams at once: it runs in a child with the user's
+    hardware work queues (fixtures.fences.SEVERAL_STREAMS), the others in the worker."""
+    if fences.needs_streams("across_kernels", case["mode"]):
+        out = run_isolated("fixtures.fences.runner:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
+                           device=gpu.ordinal, timeout=240, streams=True, **case)
+        r = _report_outcome(request, out, report_only=False)
+        rules = fences.rule_text("fence.release-acquire", f"fence.scope-{case['scope']}")
+        check(r is not None, "fence.release-acquire", request.node.callspec.id,
+              f"the producer and consumer kernels on two streams could not run: {out}\n{out.detail}\n{rules}")
+    else:
+        r = _run(gpu, kernels, fences.run_across_kernels, **case)
+        _report(request, r)
     r.check("fence.release-acquire", "fence.not-delegated", "fence.other-blocks",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
@@ -167,10 +182,9 @@ def test_across_kernels_no_acquire(gpu, kernels, request, case):
     """REPORT ONLY. The consumer kernel does not acquire at all: stream order (a kernel
     boundary) is the only ordering. Seed 001: "stream-order synchronization do[es] not
     suffice"; the counts are recorded, success is not asserted."""
-    # its modes put kernels on two streams at once: the child keeps the worker's hardware
-    # work queues (fixtures.fences.runner.SEVERAL_STREAMS)
     out = run_isolated("fixtures.fences.runner:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
-                       device=gpu.ordinal, timeout=240, acquire=False, streams=True, **case)
+                       device=gpu.ordinal, timeout=240, acquire=False,
+                       streams=fences.needs_streams("across_kernels", case["mode"]), **case)
     _report_outcome(request, out)
 
 
@@ -195,7 +209,7 @@ def test_host_pinned(gpu, kernels, request, case):
     wrong load fails the case."""
     out = run_isolated("fixtures.fences.runner:isolated", "host_written", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, **case)
-    r = _report_outcome(request, out)
+    r = _report_outcome(request, out, report_only=False)
     check(r is not None, "fence.release-acquire", request.node.callspec.id,
           f"a tensor map in pinned host memory, written by the CPU and acquired at .sys, could "
           f"not be used: {out}\n{fences.rule_text('fence.release-acquire', 'fence.scope-sys')}")

@@ -223,16 +223,22 @@ def test_stale_analysis_names_a_descriptor_that_was_never_refetched():
     assert a["as_first_map"] >= 8 * 3 and a["as_first_map"] + a["as_previous_map"] == 18 * 3
 
 
-def test_scenarios_on_several_streams_keep_the_workers_hardware_queues():
-    """A scenario that creates more than one stream is in SEVERAL_STREAMS, and every suite
-    call that runs one in a child passes ``streams=True``: the batches' child has one
-    hardware work queue per context, which would serialize what the scenario runs at once."""
+def test_scenarios_on_several_streams_run_with_the_users_hardware_queues(monkeypatch):
+    """The workers have one hardware work queue per context (cuda_env.one_queue_here),
+    which would serialize what a scenario runs on several streams of one GPU at once. A
+    scenario that creates more than one stream is in SEVERAL_STREAMS (with the modes that
+    use them); every suite call of one in a child lets ``streams`` follow
+    ``needs_streams``; and the scenario itself refuses to run such a mode, before any GPU
+    work, in a process of one queue."""
     import ast
     import inspect
+    from fixtures.cuda_layer import cuda_env
     from fixtures.fences import runner
     several = {name for name, fn in runner.RUNNERS.items()
                if inspect.getsource(fn).count("Stream(") > 1}
-    assert several and several <= runner.SEVERAL_STREAMS <= set(runner.RUNNERS)
+    assert several and several <= set(runner.SEVERAL_STREAMS) <= set(runner.RUNNERS)
+    assert runner.needs_streams("across_kernels", "events")
+    assert not runner.needs_streams("across_kernels", "stream") and not runner.needs_streams("same_block", None)
     root = Path(__file__).resolve().parents[1]
     calls = 0
     for path in sorted((root / "suites").glob("test_*.py")):
@@ -241,11 +247,21 @@ def test_scenarios_on_several_streams_keep_the_workers_hardware_queues():
                     and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
                     and node.args[0].value == "fixtures.fences.runner:isolated"):
                 continue
-            calls += 1
             scenario = node.args[1].value
+            if scenario not in runner.SEVERAL_STREAMS:
+                continue
+            calls += 1
             streams = {k.arg: k.value for k in node.keywords}.get("streams")
-            on = isinstance(streams, ast.Constant) and streams.value is True
-            assert on == (scenario in runner.SEVERAL_STREAMS), (
-                f"{path.name}:{node.lineno}: run_isolated of {scenario!r} "
-                f"{'lacks' if not on else 'should not pass'} streams=True")
-    assert calls >= 3
+            follows = (isinstance(streams, ast.Constant) and streams.value is True) or (
+                isinstance(streams, ast.Call) and getattr(streams.func, "attr", None) == "needs_streams")
+            assert follows, (f"{path.name}:{node.lineno}: run_isolated of {scenario!r} in a mode on "
+                             f"several streams needs streams=True (or streams=fences.needs_streams(...))")
+    assert calls >= 2
+    # a process of one queue (a worker) refuses the events mode; one of the user's runs it
+    monkeypatch.setattr(cuda_env, "_user_connections", None)
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "1")
+    with pytest.raises(RuntimeError, match=r"streams=True"):
+        runner.run_across_kernels("sm_90a", mode="events")
+    runner.require_queues("across_kernels", "stream")
+    monkeypatch.delenv(cuda_env.CONNECTIONS)
+    runner.require_queues("across_kernels", "events")

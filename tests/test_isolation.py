@@ -209,15 +209,13 @@ def test_the_runners_are_three():
 
 @pytest.mark.parametrize("user", [None, "4"], ids=["unset", "user-4"])
 def test_children_have_one_hardware_queue_but_the_streams_one(monkeypatch, user):
-    """The batches' and the traps' children run with CUDA_DEVICE_MAX_CONNECTIONS=1 (one
-    kernel on one stream each: they open faster and trap cheaper); the child of the
-    targets that run kernels on several streams at once keeps the worker's own setting,
-    as does the worker."""
+    """The worker (cuda_env.one_queue_here), its batches' and its traps' children run
+    with CUDA_DEVICE_MAX_CONNECTIONS=1 (one kernel on one stream at a time: they open
+    faster and trap cheaper); the child of the targets that run kernels on several
+    streams at once has the user's setting, whatever the worker's."""
     from fixtures.cuda_layer import cuda_env, isolation
-    if user is None:
-        monkeypatch.delenv(cuda_env.CONNECTIONS, raising=False)
-    else:
-        monkeypatch.setenv(cuda_env.CONNECTIONS, user)
+    monkeypatch.setattr(cuda_env, "_user_connections", user)       # what one_queue_here kept
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "1")                    # and set
     monkeypatch.setattr(isolation, "_runners", {})
     try:
         def seen(**kw):
@@ -226,10 +224,35 @@ def test_children_have_one_hardware_queue_but_the_streams_one(monkeypatch, user)
             return out.value
         assert seen() == "1" and seen(alone=True) == "1"
         assert seen(streams=True) == user
-        assert os.environ.get(cuda_env.CONNECTIONS) == user     # the worker's own: untouched
+        assert os.environ.get(cuda_env.CONNECTIONS) == "1"      # the worker's own: untouched
     finally:
         for r in isolation._runners.values():
             r.stop()
+
+
+@pytest.mark.parametrize("user", [None, "4"], ids=["unset", "user-4"])
+def test_one_queue_here_keeps_the_users_value(monkeypatch, user):
+    """A process that runs cases sets one queue for itself before CUDA initializes in it,
+    keeping the user's value for the streams child and environment.json; where CUDA is
+    initialized already it changes nothing (the contexts would not have that setting)."""
+    from fixtures.cuda_layer import cuda_env
+    monkeypatch.setattr(cuda_env, "_user_connections", cuda_env._UNSET)
+    if user is None:
+        monkeypatch.delenv(cuda_env.CONNECTIONS, raising=False)
+    else:
+        monkeypatch.setenv(cuda_env.CONNECTIONS, user)
+    assert cuda_env.has_user_queues() and cuda_env.user_connections() == user
+    monkeypatch.setattr(cuda_env, "_cuda_initialized", False)
+    assert cuda_env.one_queue_here()
+    assert os.environ[cuda_env.CONNECTIONS] == "1" and cuda_env.user_connections() == user
+    assert cuda_env.has_user_queues() == (user == "1")
+    assert cuda_env.user_environment({"A": "b", cuda_env.CONNECTIONS: "1"}) == (
+        {"A": "b"} if user is None else {"A": "b", cuda_env.CONNECTIONS: user})
+    assert cuda_env.one_queue_here() and cuda_env.user_connections() == user    # twice: still the user's
+    monkeypatch.setattr(cuda_env, "_user_connections", cuda_env._UNSET)
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "8")
+    monkeypatch.setattr(cuda_env, "_cuda_initialized", True)
+    assert not cuda_env.one_queue_here() and os.environ[cuda_env.CONNECTIONS] == "8"
 
 
 def test_one_queue_leaves_the_environment_it_is_given_alone(monkeypatch):

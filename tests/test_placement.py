@@ -42,3 +42,59 @@ def test_arch_specific_target(cc, arch):
 def test_probe_never_raises():
     s = cuda_env.probe()
     assert s.available or s.reason
+
+
+
+class _FakeDriver:
+    """The calls of cuda.bindings.driver that use_device makes, recording the thread of
+    each retain; ``fail``: the retain returns CUDA_ERROR_OUT_OF_MEMORY."""
+
+    def __init__(self, fail=False):
+        self.fail, self.threads, self.current = fail, [], None
+
+    def cuDeviceGet(self, ordinal):
+        return (0, ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        import threading
+        self.threads.append(threading.current_thread().name)
+        return (2, None) if self.fail else (0, f"ctx-{dev}")
+
+    def cuCtxSetCurrent(self, ctx):
+        self.current = ctx
+        return (0,)
+
+    def cuGetErrorName(self, err):
+        return (0, b"CUDA_ERROR_OUT_OF_MEMORY")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_case(monkeypatch, fail):
+    """A worker starts opening its GPU as its session starts (harness
+    pytest_sessionstart), so that it overlaps the collection: the primary context is
+    retained in a thread, once, and use_device (the first GPU case) takes it. A failure
+    there raises nothing in the thread: use_device meets it again and raises it."""
+    import sys
+    import types
+    import cuda.bindings
+    from fixtures.cuda_layer.launch import CudaError
+    fake = _FakeDriver(fail)
+    used = []
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Device=lambda n: types.SimpleNamespace(use=lambda: used.append(n))))
+    monkeypatch.setattr(cuda.bindings, "driver", fake)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(gpu, "_contexts", {})
+    monkeypatch.setattr(gpu, "_ahead", {})
+    gpu.open_ahead(5)
+    thread = gpu._ahead[5]
+    gpu.open_ahead(5)                       # asked again while it opens: still one thread
+    thread.join(30)
+    assert fake.threads == ["open-gpu-5"]
+    if fail:
+        with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+            gpu.use_device(5)
+        assert fake.threads == ["open-gpu-5", "MainThread"] and used == []
+    else:
+        assert gpu.use_device(5) == "ctx-5" and fake.current == "ctx-5" and used == [5]
+        assert fake.threads == ["open-gpu-5"] and gpu._ahead == {}

@@ -32,6 +32,7 @@ EXPECTED_TRAP_TESTS = (
 # exits), the large-dimension controls (those beyond 2^31 trap: a known issue).
 ISOLATED_NOT_TRAPS = (
     "suites/test_fence_scopes.py::test_across_blocks_no_acquire",
+    "suites/test_fence_scopes.py::test_across_kernels",
     "suites/test_fence_scopes.py::test_across_kernels_no_acquire",
     "suites/test_fence_scopes.py::test_host_pinned",
     "suites/test_toolchain.py::test_bounded_wait_reports_timeout",
