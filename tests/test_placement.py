@@ -98,3 +98,30 @@ def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_
     else:
         assert gpu.use_device(5) == "ctx-5" and fake.current == "ctx-5" and used == [5]
         assert fake.threads == ["open-gpu-5"] and gpu._ahead == {}
+
+
+def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
+    """settle_ahead returns only once open_ahead's thread is done, and a forked isolated
+    child is forked after it (a fork while that thread imports CuPy left the child a held
+    import lock: a self-test's forked child hung on an H100 node)."""
+    import inspect
+    import threading
+    import cuda.bindings
+    from fixtures.cuda_layer import isolation
+    release = threading.Event()
+    fake = _FakeDriver()
+    retain = fake.cuDevicePrimaryCtxRetain
+    fake.cuDevicePrimaryCtxRetain = lambda dev: (release.wait(30), retain(dev))[1]
+    monkeypatch.setattr(cuda.bindings, "driver", fake)
+    monkeypatch.setattr(gpu, "_contexts", {})
+    monkeypatch.setattr(gpu, "_ahead", {})
+    gpu.open_ahead(2)
+    settled = threading.Thread(target=gpu.settle_ahead)
+    settled.start()
+    settled.join(0.3)
+    assert settled.is_alive()                 # still opening: settle_ahead waits
+    release.set()
+    settled.join(30)
+    assert not settled.is_alive() and gpu._contexts == {2: "ctx-2"}
+    src = inspect.getsource(isolation.Forked.__init__)
+    assert src.index("settle_ahead()") < src.index("os.fork()")
