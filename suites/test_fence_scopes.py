@@ -81,7 +81,10 @@ def pytest_generate_tests(metafunc):
         return
     key = metafunc.function.__name__.removeprefix("test_")
     cases = _cases(metafunc.config)[key]
-    metafunc.parametrize("case", cases, ids=[_id(IDS[key], kw) for kw in cases])
+    # a case on several streams of one GPU runs in the streams child: marked isolated
+    metafunc.parametrize("case", [pytest.param(kw, marks=pytest.mark.isolated)
+                                  if fences.needs_streams(key, kw.get("mode")) else kw for kw in cases],
+                         ids=[_id(IDS[key], kw) for kw in cases])
 
 
 def _report(request, result):
@@ -153,7 +156,6 @@ def _report_outcome(request, out, report_only=True):
 
 
 # ------------------------------------------------------------------ 3. across kernels
-@pytest.mark.isolated
 @pytest.mark.rule("fence.release-acquire")
 def test_across_kernels(gpu, kernels, request, case):
     """A producer kernel publishes each version into a map in global memory; a consumer
