@@ -237,6 +237,7 @@ def test_one_queue_here_keeps_the_users_value(monkeypatch, user):
     initialized already it changes nothing (the contexts would not have that setting)."""
     from fixtures.cuda_layer import cuda_env
     monkeypatch.setattr(cuda_env, "_user_connections", cuda_env._UNSET)
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "?")     # monkeypatch restores what was there
     if user is None:
         monkeypatch.delenv(cuda_env.CONNECTIONS, raising=False)
     else:
