@@ -397,6 +397,35 @@ def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(mo
     assert started == [3] and opened == [3]
 
 
+def test_a_build_nvrtc_refuses_is_cached_and_raised_again(kdir, tmp_path, monkeypatch):
+    """NVRTC's refusal of a source (a compilation error) is an entry of the kernel cache:
+    a second build of the same key raises the same BuildError (log and result) without
+    compiling; an entry that does not read whole is compiled again; a failure that is not
+    NVRTC's answer to the source is never kept."""
+    cache = tmp_path / "cache"
+    compiled = []
+    real = build._nvrtc_compile
+    monkeypatch.setattr(build, "_nvrtc_compile", lambda *a: (compiled.append(a[0]), real(*a))[1])
+
+    def refused():
+        with pytest.raises(build.BuildError) as info:
+            build.compile_kernel("bad.cu", arch="sm_90a", cache_dir=cache, kernel_dir=kdir)
+        return info.value
+    first, second = refused(), refused()
+    assert compiled == ["bad.cu"], "the refusal was compiled again"
+    assert (second.log, second.result, second.options) == (first.log, first.result, first.options)
+    assert first.result == "NVRTC_ERROR_COMPILATION" and "bad.cu" in second.log
+    entries = list(cache.glob("bad-sm_90a-*.refused.json"))
+    assert len(entries) == 1 and not list(cache.glob("bad-*.cubin"))
+    entries[0].write_text("{not json")
+    assert refused().log == first.log and len(compiled) == 2
+    assert refused() and len(compiled) == 2                  # written anew: read again
+    entries[0].unlink()
+    monkeypatch.setattr(build, "_nvrtc_compile", lambda *a: (False, "out of memory", b"",
+                                                             "NVRTC_ERROR_OUT_OF_MEMORY"))
+    assert refused().result == "NVRTC_ERROR_OUT_OF_MEMORY" and not list(cache.glob("*.refused.json"))
+
+
 def test_a_build_nvcc_refuses_is_cached_and_raised_again(tmp_path, monkeypatch):
     """nvcc's refusal of a build is an entry of the kernel cache: a second build of the
     same key raises the same NvccError (command and output) without running nvcc; an
