@@ -250,6 +250,8 @@ def test_one_queue_here_keeps_the_users_value(monkeypatch, user):
     assert cuda_env.user_environment({"A": "b", cuda_env.CONNECTIONS: "1"}) == (
         {"A": "b"} if user is None else {"A": "b", cuda_env.CONNECTIONS: user})
     assert cuda_env.one_queue_here() and cuda_env.user_connections() == user    # twice: still the user's
+    assert cuda_env.connections_record() == {"user": user, "workers": "1", "isolated_children": "1",
+                                             "streams_child": user}
     monkeypatch.setattr(cuda_env, "_user_connections", cuda_env._UNSET)
     monkeypatch.setenv(cuda_env.CONNECTIONS, "8")
     monkeypatch.setattr(cuda_env, "_cuda_initialized", True)
