@@ -1,6 +1,12 @@
 """The one conftest: it only wires the harness plugins in fixtures/."""
 import pytest
 
+from fixtures.cuda_layer.paths import keep_bytecode
+
+# First, before the harness's imports: where the environment turned Python's bytecode
+# cache off, this process, the workers and their children keep it in the harness's own.
+keep_bytecode()
+
 # The plugin modules import each other at their top (fixtures.plugins.harness imports
 # reporting, traps and known_issues): the whole package is marked for assertion rewriting
 # before the first of them is imported, as pytest marks each entry below only just before

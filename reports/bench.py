@@ -5,7 +5,7 @@
                             [--peer FILE [--peer-workers 8]] [--out DIR] [SUITE ...]
 
 Runs the suite in child pytest processes and measures: the wall time of each sweep
-under ``-n auto``, from empty kernel and case caches (cold) and again with them filled
+under ``-n auto``, from empty kernel, case and bytecode caches (cold) and again with them filled
 (warm), with where each run's wall went (``reports.timeline``: start-up, suites, the
 tail, the controller, unattributed; a picture of the workers over time,
 ``timeline-SWEEP-CACHE.html``); NVRTC compile time of every kernel, cold and warm;
@@ -32,6 +32,12 @@ from . import model, timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_CACHE_ENV = "TMA_CASE_CACHE"     # fixtures/cuda_layer/paths.py: the generated case lists
+PYCACHE_ENV = "TMA_PYCACHE"           # and the bytecode cache (where Python's own is off)
+
+
+def _caches(folder) -> dict:
+    """The environment of runs whose case and bytecode caches live in ``folder``."""
+    return {CASE_CACHE_ENV: str(Path(folder) / "cases"), PYCACHE_ENV: str(Path(folder) / "pycache")}
 SCHEMA = 2
 
 
@@ -166,7 +172,7 @@ def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None,
     result["collection_s"] = {s: collection_time(s, extra) for s in sweeps} if parts else {}
     for sweep in sweeps:                       # -n auto: empty caches, then filled
         with tempfile.TemporaryDirectory() as cache:
-            env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
+            env = _caches(cache)
             for kind in caches:
                 r = _pytest(["-n", "auto", f"--sweep={sweep}", f"--kernel-cache={Path(cache) / 'kernels'}",
                              *extra], env=env, picture=out / f"timeline-{sweep}-{kind}.html",
@@ -176,7 +182,7 @@ def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None,
                       flush=True)
                 print(_where(r), flush=True)
     with tempfile.TemporaryDirectory() as cache:   # warm the caches once, then scale workers
-        env = {CASE_CACHE_ENV: str(Path(cache) / "cases")}
+        env = _caches(cache)
         kc = f"--kernel-cache={Path(cache) / 'kernels'}"
         if workers:
             _pytest(["-n", "auto", f"--sweep={scale_sweep}", kc, *extra], env=env)
@@ -264,7 +270,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports bench") -
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--sweeps", default="smoke,standard,full")
     p.add_argument("--caches", default="cold,warm",
-                   help="each sweep from empty kernel and case caches (cold), then again (warm)")
+                   help="each sweep from empty kernel, case and bytecode caches (cold), then again (warm)")
     p.add_argument("--workers", default="8,12,16", help="worker counts to time ('' for none)")
     p.add_argument("--scale-sweep", default="standard", help="the sweep the worker counts run")
     p.add_argument("--peer", default=None, metavar="FILE",
