@@ -110,13 +110,14 @@ def ctx(request, gpu, kernels) -> de.Ctx:
     sm = _collect_sm(request.config)
     fields, wholes, tf32s = _cases(level, sm)
     everything = list(fields) + list(wholes) + list(tf32s)
-    # Every map is encoded here, in one launch per kernel (encoding does not trap); the
-    # loads, which can, run per batch in the isolated child (de.LoadBatches).
-    batch = de.encode_all(module, everything, sm=gpu.sm)
+    # A map is encoded when a check first reads it, with its batch, one launch per kernel
+    # (encoding does not trap); the loads, which can, run per batch in the isolated child
+    # (de.LoadBatches).
+    encodes = de.Encodes(module, everything, sm=gpu.sm)
     selected = selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
                             __file__)
     loads = de.LoadBatches(sm, gpu, kernels, everything, selected)
-    c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, batch, module, fields, wholes, loads)
+    c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, encodes, module, fields, wholes, loads)
     yield c
     del anchor
 
@@ -254,6 +255,7 @@ def _by_variant(ctx, group):
         if c.key.split("[")[0] != group or c.min_sm > ctx.sm:
             continue
         out.setdefault((c.key, c.value_id, c.source), []).append(c)
+    ctx.results([c for cs in out.values() for c in cs])      # encoded at once
     return out
 
 
@@ -297,8 +299,8 @@ def _diff_summary(ctx):
     per = {k: {} for k in classes}
     by_kind = {}
     cases_with = {k: 0 for k in classes}
-    for c in list(ctx.fields) + list(ctx.wholes):
-        r = ctx.result(c)
+    everything = list(ctx.fields) + list(ctx.wholes)
+    for c, r in zip(everything, ctx.results(everything)):
         if r.device is None or r.host is None or r.device_status != st.OK:
             continue
         d = de.classify(r.device, r.host, ctx.layout, ctx.writable, r.target.rank, r.target)
@@ -386,8 +388,8 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
         fail("device-encode.toolchain", style,
              f"nvcc could not build {KERNEL_SOURCE} for {gpu.arch}, NVRTC could:\n{exc.log[-3000:]}")
     mod = Module.load(cubin, "device_encode.cu (nvcc)")
-    cs = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm
-          and ctx.result(c).device_status == st.OK]
+    mine = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm]
+    cs = [c for c, r in zip(mine, ctx.results(mine)) if r.device_status == st.OK]
     base = ctx.batch.pool_base
     items = [(ctx.result(c).template, de.resolved_ops(c, base), c.space, c.style) for c in cs]
     got, _ = engine.device_maps.encode_on_device(mod, items)

@@ -242,3 +242,33 @@ def test_box0_values_have_valid_host_geometry(cases):
         if c.key == "box_dim[0]":
             assert (c.target.box_dim[0] * DTYPES[c.target.dtype].size) % 16 == 0, c.id
             assert (c.template.box_dim[0] * DTYPES[c.template.dtype].size) % 16 == 0 if c.template else True
+
+
+def test_encodes_are_made_per_batch_when_first_read(cases, monkeypatch):
+    """The session's encodes (runner.Encodes): a case's first read encodes its batch (its
+    kind and bucket, the cases one worker runs together) and nothing else; a set read at
+    once encodes only what it lacks; nothing is encoded twice."""
+    from types import SimpleNamespace
+    from fixtures.device_encode import runner
+    calls = []
+
+    def fake_encode_all(module, cs, *, sm=90, pool=None):
+        calls.append([c.id for c in cs])
+        return SimpleNamespace(results={c.id: f"result of {c.id}" for c in cs}, launches=1)
+
+    monkeypatch.setattr(runner, "encode_all", fake_encode_all)
+    f, w = cases
+    everything = list(f[:300]) + list(w[:100])
+    pool = (b"host pool", SimpleNamespace(data=SimpleNamespace(ptr=0x10000)))
+    enc = de.Encodes(object(), everything, sm=90, pool=pool)
+    assert calls == [] and enc.pool_base == 0x10000 and enc.pool == b"host pool"
+    one = everything[5]
+    assert enc.result(one) == f"result of {one.id}"
+    group = [c.id for c in everything if runner.batch_key(c) == runner.batch_key(one)]
+    assert calls == [group]
+    assert enc.result(everything[[c.id for c in everything].index(group[-1])]) and len(calls) == 1
+    got = enc.of(everything)
+    assert got == [f"result of {c.id}" for c in everything]
+    assert len(calls) == 2 and sorted(calls[1]) == sorted(set(c.id for c in everything) - set(group))
+    enc.of(everything[:50])
+    assert len(calls) == 2 and enc.launches == 2
