@@ -33,12 +33,12 @@ from . import model, timeline
 ROOT = Path(__file__).resolve().parent.parent
 CASE_CACHE_ENV = "TMA_CASE_CACHE"     # fixtures/cuda_layer/paths.py: the generated case lists
 PYCACHE_ENV = "TMA_PYCACHE"           # and the bytecode cache (where Python's own is off)
+SCHEMA = 2
 
 
 def _caches(folder) -> dict:
     """The environment of runs whose case and bytecode caches live in ``folder``."""
     return {CASE_CACHE_ENV: str(Path(folder) / "cases"), PYCACHE_ENV: str(Path(folder) / "pycache")}
-SCHEMA = 2
 
 
 def _pytest(args: list[str], env: dict | None = None, timeout: float = 560, cwd=ROOT,
