@@ -27,9 +27,10 @@ import fixtures.host_encode as he
 from fixtures.tensormap import params as tp
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap import sweep
-from fixtures.host_encode import (DOCUMENTED_STATUSES, CudaCoreUnavailable, RuleDisagreement,
-                                  encode_params, replace_params)
-from fixtures.tensormap.enums import DTYPES, DataType, Interleave, L2Promotion, OobFill, Swizzle, short
+from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, encode_params, replace_params
+from fixtures.cuda_layer.cuda_core import CudaCoreDumper, CudaCoreUnavailable, enum_value
+from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
+                                      L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import check, fail_all
 
@@ -314,33 +315,14 @@ def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc, request):
 
 
 # --------------------------------------------------------------------- peer encoder
-_PEER_NP = {DataType.UINT8: "uint8", DataType.UINT16: "uint16", DataType.UINT32: "uint32",
-            DataType.INT32: "int32", DataType.UINT64: "uint64", DataType.INT64: "int64",
-            DataType.FLOAT16: "float16", DataType.FLOAT32: "float32", DataType.FLOAT64: "float64"}
-_PEER_STORAGE = {DataType.BFLOAT16: "uint16", DataType.FLOAT32_FTZ: "float32",
-                 DataType.TFLOAT32: "float32", DataType.TFLOAT32_FTZ: "float32"}
 
 
 @pytest.fixture(scope="session")
 def peer(gpu):
     try:
-        return he.CudaCoreDumper(gpu.ordinal, gpu.arch)
+        return CudaCoreDumper(gpu.ordinal, gpu.arch)
     except CudaCoreUnavailable as exc:
         pytest.skip(f"peer encoder not installed: {exc}")
-
-
-def _cc_enum(peer, cls_name, value):
-    import cuda.core._tensor_map as tm  # lazy: optional GPU package (extras cu12/cu13)
-    cls = getattr(tm, cls_name)
-    for name in dir(cls):
-        if not name.startswith("_"):
-            v = getattr(cls, name)
-            try:
-                if int(v) == int(value):
-                    return v
-            except (TypeError, ValueError):
-                continue
-    raise CudaCoreUnavailable(f"cuda.core {cls_name} has no value {int(value)}")
 
 
 @pytest.mark.rule("encode.peer-agrees")
@@ -349,19 +331,19 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
     p = peer_case
     dt = DataType(p.dtype)
     shape = tuple(reversed(p.global_dim))
-    arr = cupy.zeros(shape, dtype=_PEER_NP.get(dt) or _PEER_STORAGE[dt])
+    arr = cupy.zeros(shape, dtype=NUMPY_STORAGE[dt])
     strides = tuple(reversed(arr.strides))[1:]
     q = p.with_(global_strides=strides, address_offset=0)
     ours = encode_params(q, int(arr.data.ptr))
     check(ours.ok, "accepts-valid", request.node.callspec.id,
           f"encode_tiled rejected {ours.status_name} {_params_text(q)}")
     kw = dict(element_strides=tuple(reversed(q.element_strides)),
-              swizzle=_cc_enum(peer, "TensorMapSwizzle", q.swizzle),
-              l2_promotion=_cc_enum(peer, "TensorMapL2Promotion", q.l2_promotion),
-              oob_fill=_cc_enum(peer, "TensorMapOOBFill", q.oob_fill),
-              interleave=_cc_enum(peer, "TensorMapInterleave", q.interleave))
-    if dt in _PEER_STORAGE:
-        kw["data_type"] = _cc_enum(peer, "TensorMapDataType", dt)
+              swizzle=enum_value("TensorMapSwizzle", q.swizzle),
+              l2_promotion=enum_value("TensorMapL2Promotion", q.l2_promotion),
+              oob_fill=enum_value("TensorMapOOBFill", q.oob_fill),
+              interleave=enum_value("TensorMapInterleave", q.interleave))
+    if dt not in NUMPY_NAMES_IT:
+        kw["data_type"] = enum_value("TensorMapDataType", dt)
     try:
         desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
     except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
