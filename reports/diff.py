@@ -50,7 +50,7 @@ ENTRY_CLASSES = ("known-issue-changed",)     # their rows are known-issue entrie
 # The fields of a known-issue entry (results.json meta known_issues.entries, the file's
 # fields) that decide which cases and failures it absorbs; reason and evidence do not.
 KI_FIELDS = ("pattern", "mode", "rule", "match", "driver_min", "driver_max", "compute_capability", "arch",
-             "sweeps")
+             "sweeps", "packages")
 SUITE_XFAIL = "(xfail in the suite)"
 MAX_LIST = 100
 # by_axis: the changed cases counted per parameter axis (reports.axes) and value.

@@ -77,6 +77,23 @@ def test_conditions():
     assert not ok and "arch" in why
 
 
+def test_package_conditions_key_an_entry_by_a_library_version():
+    """An entry of a library's behaviour applies only where that library is installed at one
+    of its versions (read from the distribution's metadata)."""
+    text = ('schema = 1\n[[issue]]\nid="a"\npattern="x"\nreason="r"\nevidence="e"\nrule="r"\n'
+            'packages = { pytest = ["%s", "0.0.*"] }\n')
+    import pytest as _pytest
+    (hit,) = parse(text % _pytest.__version__, "x")
+    assert hit.applies(Context(13000, "9.0", "sm_90a")) == (True, "")
+    assert hit.to_json()["packages"] == {"pytest": [_pytest.__version__, "0.0.*"]}
+    (miss,) = parse(text % "1.*", "x")
+    ok, why = miss.applies(Context(13000, "9.0", "sm_90a"))
+    assert not ok and f"pytest {_pytest.__version__} not in" in why
+    (gone,) = parse(text.replace("pytest", "no-such-dist-tmac") % "1.*", "x")
+    ok, why = gone.applies(Context(13000, "9.0", "sm_90a"))
+    assert not ok and why == "no-such-dist-tmac is not installed"
+
+
 HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidence = "e"\nrule = "R"\n'
 
 
@@ -103,6 +120,8 @@ HEAD = 'schema = 1\n[[issue]]\nid = "KI-1"\npattern = "x"\nreason = "r"\nevidenc
     (HEAD + 'match = "(unclosed"\n', "'match' must be a regular expression"),
     (HEAD.replace('rule = "R"\n', 'rule = [1]\n'), "'rule' must be a rule id or a list"),
     (HEAD + 'mode = "skip"\n', "a skip entry does not run its case"),
+    (HEAD + 'packages = ["triton"]\n', "'packages' must be a table of distribution"),
+    (HEAD + 'packages = { triton = "3.6.0" }\n', "'packages' must be a table of distribution"),
 ])
 def test_bad_files_name_the_file_and_the_problem(tmp_path, text, problem):
     p = tmp_path / "bad_known.toml"
