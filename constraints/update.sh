@@ -35,7 +35,7 @@ for extra in "$@"; do
     if ! "$tmp/venv/bin/python" -m pip install -q --dry-run --ignore-installed --no-deps \
         --only-binary=:all: --target "$tmp/dry" -r "$tmp/pins" "$@" >"$tmp/dry.log" 2>&1; then
       missing=$(grep -oE "No matching distribution found for [^ ]+" "$tmp/dry.log" \
-                | sed 's/.* for //' | sort -u | paste -sd " ")
+                | sed 's/.* for //' | sort -u | paste -sd " " || true)   # none named: said below
       notes+=("#   no wheel for $label: ${missing:-see pip install --dry-run}")
     fi
   }

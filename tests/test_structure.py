@@ -18,7 +18,8 @@ FIXTURES = ROOT / "fixtures"
 CUDA, VOCAB, BOX, ENGINE, PLUGINS = "cuda_layer", "tensormap", "tma_box", "engine", "plugins"
 # The shared layers, lowest first: each imports only the layers below it.
 LAYERS = (CUDA, VOCAB, BOX, ENGINE)
-FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store")
+FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store",
+            "library_maps")
 
 
 def _imports(path: Path, top_level_only: bool = False):

@@ -1,0 +1,304 @@
+"""The tensor maps people launch with: Triton's and cuda.core's, against the driver's,
+byte by byte and load by load.
+
+For the tiled sweep's geometries each library can express (``fixtures.library_maps.cases``;
+ids are the tiled cases'):
+
+* ``test_triton_host_map``: the host map Triton makes for a ``TensorDescriptor``
+  (``fill_tma_descriptor``, with the case's swizzle) equals ``cuTensorMapEncodeTiled`` of
+  the same parameters once the choices Triton's source states are applied;
+* ``test_triton_host_load``: a Triton kernel's ``desc.load`` through the map its launcher
+  made (bytes checked the same way) returns the tiled model's block, fill included;
+* ``test_triton_device_map`` / ``test_triton_device_load``: the map a Triton kernel builds
+  with ``tl.make_tensor_descriptor`` (read from the scratch our ``triton.set_allocator``
+  hands out) against the driver's, and the block it loads through it;
+* ``test_cuda_core_map``: ``StridedMemoryView.as_tensor_map`` against the driver's;
+* ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
+  installed library's source.
+
+Every differing bit is explained by a rule quoting the library (``fixtures.library_maps.
+rules``), or the case fails naming the bits. Without Triton its cases skip naming what to
+install; the library versions are in environment.json and each case's properties.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from fixtures import engine
+from fixtures import library_maps as lm
+from fixtures.cuda_layer.batching import selected_ids
+from fixtures.cuda_layer.cuda_core import CudaCoreDumper, CudaCoreUnavailable, enum_value
+from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.tensormap import sweep
+from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
+from fixtures.tensormap.registry import check, fail, fail_all
+
+POOL_BYTES = 1 << 20        # the cuda.core cases' tensors (the tiled sweep's are <= 192 KiB)
+UNREADABLE = "is not driver.c's PyCUtensorMapObject"
+
+
+def pytest_generate_tests(metafunc):
+    engine.parametrize(metafunc, "triton_case", lm.triton_cases)
+    engine.parametrize(metafunc, "cuda_core_case", lm.cuda_core_cases)
+    if "quoted_rule" in metafunc.fixturenames:
+        ids = sorted(lm.SOURCE_QUOTES)
+        metafunc.parametrize("quoted_rule", ids, ids=ids)
+
+
+# --------------------------------------------------------------------- fixtures
+# Without Triton its cases skip naming what to install (before the GPU's own skip: a
+# node without Triton says so whether or not it has a GPU).
+TRITON_MISSING = lm.triton_missing()
+needs_triton = pytest.mark.skipif(bool(TRITON_MISSING), reason=TRITON_MISSING or "Triton is here")
+
+
+@pytest.fixture(scope="session")
+def triton_runs(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("triton_case",))
+    return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_cases(sweep.level(request.config))
+                                           if c.id in selected])
+
+
+def _result(triton_runs, case, request):
+    r = triton_runs.result(case)
+    if "unavailable" in r:
+        pytest.skip(f"Triton could not be imported in the isolated child: {r['unavailable']}: "
+                    f"{lm.INSTALL}")
+    request.node.user_properties.append(("triton", r["triton"]))
+    return r
+
+
+def _explained(request, verdict):
+    for rule, what, bits in verdict.explained:
+        request.node.user_properties.append(("explained", f"{rule}: {what} ({', '.join(bits)})"))
+
+
+# --------------------------------------------------------------------- Triton, host
+@pytest.mark.rule("library.triton.host-map")
+@needs_triton
+def test_triton_host_map(triton_case, triton_runs, request):
+    r = _result(triton_runs, triton_case, request)
+    if "fill_error" in r:
+        if UNREADABLE in r["fill_error"]:
+            pytest.skip(f"cannot read this Triton's host map bytes: {r['fill_error']}")
+        fail("library.triton.host-map", triton_case.id,
+             f"Triton's fill_tma_descriptor refused a map the driver encodes: {r['fill_error']}")
+    v = lm.triton_host(triton_case, r["fill"], r["address"], triton_case.load.swizzle,
+                       triton_case.load.box_dim, "Triton's host map (fill_tma_descriptor)")
+    _explained(request, v)
+    fail_all(triton_case.id, v.errors)
+
+
+@pytest.mark.rule("library.triton.load")
+@needs_triton
+def test_triton_host_load(triton_case, triton_runs, request):
+    c = triton_case
+    r = _result(triton_runs, c, request)
+    if "host_error" in r:
+        fail("library.triton.load", c.id, f"Triton could not compile a kernel loading this "
+             f"descriptor's block {c.block()}: {r['host_error']}")
+    if "refused" in r:
+        fail("library.triton.load", c.id, f"Triton refused a descriptor within its documented "
+             f"limits: {r['refused']}")
+    meta = r["meta"]
+    box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
+    if not errors:
+        v = lm.triton_host(c, r["launched"], r["address"], Swizzle(meta["swizzle"]), box,
+                           "The map Triton's launcher made (make_tensordesc_arg with the "
+                           f"kernel's metadata {meta})")
+        _explained(request, v)
+        errors += v.errors
+    errors += lm.check_block(c, r.get("host_block"), "Triton's host map (a TensorDescriptor "
+                             "argument)")
+    fail_all(c.id, errors)
+
+
+# --------------------------------------------------------------------- Triton, device
+_NEEDED_FIELDS = tuple(re.findall(r"tensormap\.replace\.tile\.(\w+)",
+                                  lm.PTX_QUOTES["library.triton.device-zeros"]))
+
+
+def _ptx_errors(c, ptx) -> tuple[list, Swizzle | None]:
+    """What the PTX Triton emitted says of the map, against the case: [(rule, message)]
+    and the swizzle it writes."""
+    f, errors = ptx["fields"], []
+    missing = [k for k in _NEEDED_FIELDS if k not in f and (k != "global_stride" or c.rank > 1)]
+    if missing:
+        errors.append(("library.triton.device-map", f"the PTX writes no {missing} "
+                       f"(it writes {sorted(f)}): the rule's reading no longer holds"))
+    if not (ptx["release"] and ptx["acquire"]):
+        errors.append(("library.triton.device-fence", f"the PTX lacks the "
+                       f"{'release (tensormap.cp_fenceproxy ... release.gpu)' if not ptx['release'] else ''}"
+                       f"{'acquire (fence.proxy.tensormap::generic.acquire.gpu)' if not ptx['acquire'] else ''}"
+                       " around the device-built map (triton-lang/triton PR #7293 was this race)"))
+    want = {"elemtype": hex(DTYPES[c.load.dtype].ptx_elemtype),
+            "fill_mode": hex(int(c.load.oob_fill == OobFill.NAN_REQUEST_ZERO_FMA)),
+            "interleave_layout": "0x0"}
+    for k, v in want.items():
+        if f.get(k) and f[k] != [v]:
+            errors.append(("library.triton.device-map", f"the PTX writes {k} {f[k]}, the case "
+                           f"needs {v} ({DTYPES[c.load.dtype].short}, {c.load.oob_fill.name})"))
+    swz = f.get("swizzle_mode", [None])
+    swizzle = Swizzle(int(swz[0], 16)) if swz[0] and swz[0].startswith("0x") and len(swz) == 1 else None
+    return errors, swizzle
+
+
+@pytest.mark.rule("library.triton.device-map")
+@needs_triton
+def test_triton_device_map(triton_case, triton_runs, request):
+    c = triton_case
+    r = _result(triton_runs, c, request)
+    if "device_error" in r:
+        fail("library.triton.device-map", c.id, f"Triton could not compile a kernel making "
+             f"this descriptor on the device: {r['device_error']}")
+    errors, swizzle = _ptx_errors(c, r["ptx"])
+    meta = r.get("meta")
+    if swizzle is None:
+        errors.append(("library.triton.device-map", f"the PTX's swizzle_mode is not one "
+                       f"immediate: {r['ptx']['fields'].get('swizzle_mode')}"))
+    elif meta is None:
+        errors.append(("library.triton.device-map", "no host kernel of this block compiled, so "
+                       f"the device map's box is unknown: {r.get('host_error')}"))
+    else:
+        box, box_errors = lm.triton_box(c, meta["block_size"], swizzle)
+        errors += box_errors
+        if swizzle != Swizzle(meta["swizzle"]):
+            errors.append(("library.triton.device-map", f"the device kernel's PTX writes "
+                           f"{swizzle.name}, the host kernel of the same block has "
+                           f"{Swizzle(meta['swizzle']).name}"))
+        if not errors:
+            v = lm.triton_device(c, r["device_map"], r["address"], swizzle, box)
+            _explained(request, v)
+            errors += v.errors
+    fail_all(c.id, errors)
+
+
+@pytest.mark.rule("library.triton.load")
+@needs_triton
+def test_triton_device_load(triton_case, triton_runs, request):
+    c = triton_case
+    r = _result(triton_runs, c, request)
+    if "device_error" in r:
+        fail("library.triton.load", c.id, f"Triton could not compile a kernel making this "
+             f"descriptor on the device: {r['device_error']}")
+    fail_all(c.id, lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on "
+                                  "the device (tl.make_tensor_descriptor)"))
+
+
+# --------------------------------------------------------------------- Triton, over time
+REUSE_TARGET = "fixtures.library_maps.triton_run:run_reused"
+REUSE_PROGRAMS = 132
+
+
+@needs_triton
+@pytest.mark.isolated
+@pytest.mark.rule("library.triton.device-fence")
+@pytest.mark.parametrize("variant", ["fenced", "no-acquire"])
+def test_triton_device_map_reused(variant, gpu, request):
+    """A Triton kernel rebuilds its map in the same scratch slot every iteration of a loop
+    (each iteration a new tensor: address, rows, row stride) and loads through it
+    (fixtures/library_maps/reuse.py). As Triton compiled it (``fenced``), every load sees
+    its own version. With the acquire deleted from its PTX (``no-acquire``, the
+    triton-lang/triton PR #7293 scenario) stale maps must be seen: the proof that the
+    fenced run could have failed (measured, library.triton.fence-sensitivity)."""
+    iters = sweep.pick(request.config, smoke=8, standard=32, full=128)
+    cid = f"{variant}-p{REUSE_PROGRAMS}-i{iters}"
+    out = run_isolated(REUSE_TARGET, gpu.sm, gpu.ordinal, variant, REUSE_PROGRAMS, iters,
+                       device=gpu.ordinal, timeout=240)   # the batches' child: Triton is loaded there
+    if out.kind != "returned":
+        fail("library.triton.device-fence", cid, f"the {variant} run did not complete: "
+             f"{out.kind} {out.error or ''} {out.detail[-1500:]}")
+    r = out.value
+    if "unavailable" in r:
+        pytest.skip(f"Triton could not be imported in the isolated child: {r['unavailable']}")
+    for k in ("counts", "removed", "ptx_version", "triton"):
+        request.node.user_properties.append((k, str(r[k])))
+    line = ", ".join(f"{k} {v}" for k, v in r["counts"].items())
+    print(f"{cid}: {line}; acquire lines removed {r['removed']}; " + "; ".join(r["examples"]))
+    loads = sum(r["counts"].values())
+    if variant == "fenced":
+        check(r["release"] and r["acquire"], "library.triton.device-fence", cid,
+              f"Triton's PTX lacks its release or acquire: release {r['release']}, acquire "
+              f"{r['acquire']}")
+        check(r["counts"]["ok"] == loads, "library.triton.device-fence", cid,
+              f"loads through Triton's fenced device-built maps saw other versions than their "
+              f"own: {line}. {'; '.join(r['examples'])}")
+    else:
+        check(r["removed"] >= 1, "library.triton.device-fence", cid,
+              "the PTX had no fence.proxy.tensormap::generic.acquire.gpu to delete")
+        check(r["counts"]["unwritten"] == 0, "library.triton.device-fence", cid,
+              f"loads without the acquire left blocks unwritten: {line}")
+        check(r["counts"]["stale"] > 0, "library.triton.fence-sensitivity", cid,
+              f"with the acquire deleted, no load saw an earlier iteration's map ({line}): this "
+              f"node does not show what the fence prevents, so the fenced run's pass proves less "
+              f"here than on the H100")
+
+
+# --------------------------------------------------------------------- cuda.core
+@pytest.fixture(scope="session")
+def cuda_core_dumper(gpu):
+    try:
+        return CudaCoreDumper(gpu.ordinal, gpu.arch)
+    except CudaCoreUnavailable as exc:
+        pytest.skip(f"cuda.core cannot make tensor maps here: {exc} (pip install -e '.[cu13]')")
+
+
+@pytest.fixture(scope="session")
+def cuda_core_pool(cuda_core_dumper):
+    import cupy  # lazy: CuPy: optional (extras), slow to import
+    return cupy.zeros(POOL_BYTES, dtype=cupy.uint8)
+
+
+@pytest.mark.rule("library.cuda-core.map")
+def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request):
+    import cupy  # lazy: CuPy: optional (extras), slow to import
+    c, p = cuda_core_case, cuda_core_case.load
+    es = p.esize
+    arr = cupy.ndarray(tuple(c.shape()), dtype=NUMPY_STORAGE[p.dtype], memptr=cuda_core_pool.data,
+                       strides=tuple(s * es for s in c.strides_elems()))
+    kw = dict(element_strides=tuple(reversed(p.element_strides)),
+              swizzle=enum_value("TensorMapSwizzle", p.swizzle),
+              oob_fill=enum_value("TensorMapOOBFill", p.oob_fill),
+              interleave=enum_value("TensorMapInterleave", p.interleave))
+    if p.dtype not in NUMPY_NAMES_IT:
+        kw["data_type"] = enum_value("TensorMapDataType", p.dtype)
+    request.node.user_properties.append(("cuda-core", lm.version("cuda-core")))
+    try:
+        desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **kw)
+    except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
+        fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes: "
+             f"{type(exc).__name__}: {exc}")
+    v = lm.cuda_core(c, cuda_core_dumper.map_bytes(desc), int(cuda_core_pool.data.ptr))
+    _explained(request, v)
+    fail_all(c.id, v.errors)
+
+
+# --------------------------------------------------------------------- the quotes
+def _installed_file(dist_module: str, rel: str) -> Path | None:
+    spec = importlib.util.find_spec(dist_module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent / rel
+
+
+@pytest.mark.rule("library.sources")
+def test_library_sources_say_what_the_rules_quote(quoted_rule):
+    dist, rel, quote = lm.SOURCE_QUOTES[quoted_rule]
+    path = _installed_file(dist, rel)
+    if path is None:
+        pytest.skip(f"{dist} is not installed: {lm.INSTALL}")
+    if not path.is_file():
+        fail("library.sources", quoted_rule, f"{dist} {lm.version(dist)} has no {rel}: the "
+             f"rule {quoted_rule} quotes a file this version does not ship")
+    text = " ".join(path.read_text(errors="replace").split())
+    at = 0
+    for part in [" ".join(q.split()) for q in quote.split("...") if q.strip()]:
+        i = text.find(part, at)
+        if i < 0:
+            fail("library.sources", quoted_rule, f"{dist} {lm.version(dist)}'s {rel} does not say "
+                 f"{part!r}: the explanation {quoted_rule} quotes a line this version changed")
+        at = i + len(part)

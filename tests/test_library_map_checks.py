@@ -1,0 +1,194 @@
+"""The library-map feature without a GPU: its cases, its explanations of map differences,
+its load check, the reused-map bookkeeping, the PTX reader and the skip reasons."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fixtures import library_maps as lm
+from fixtures.library_maps import checks, reuse, runner, triton_run
+from fixtures.library_maps.cases import TRITON_DTYPES, padding
+from fixtures.tensormap import map_layout as ml
+from fixtures.tensormap.enums import DataType, Interleave, OobFill
+from fixtures.tensormap.registry import known
+from fixtures.tma_box import tiled_cases
+
+
+# ------------------------------------------------------------------ cases
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_triton_cases_are_what_triton_accepts(level):
+    cs = lm.triton_cases(level)
+    assert len({c.id for c in cs}) == len(cs)
+    for c in cs:
+        p = c.load
+        assert lm.triton_expresses(p) == "", c.id
+        assert p.dtype in TRITON_DTYPES and p.interleave == Interleave.NONE
+        assert all(b & (b - 1) == 0 for b in c.block()) and c.block()[-1] * p.esize >= 16
+        assert c.strides_elems()[-1] == 1 and all(s * p.esize % 16 == 0 for s in c.strides_elems()[:-1])
+        assert padding(p) == "zero" or p.dtype in (DataType.FLOAT16, DataType.BFLOAT16,
+                                                    DataType.FLOAT32, DataType.FLOAT64)
+
+
+def test_standard_has_the_cases_the_issue_asks_for():
+    tri, cc = lm.triton_cases("standard"), lm.cuda_core_cases("standard")
+    # four tests per Triton case (host map, host load, device map, device load), one per cuda.core
+    assert 4 * len(tri) + len(cc) >= 1000
+    assert set(lm.summary(tri)["dtype"]) == {"u8", "u16", "u32", "s32", "u64", "s64", "f16",
+                                             "bf16", "f32", "f64"}
+    assert len(lm.summary(cc)["dtype"]) == 13
+    assert set(lm.summary(tri)["rank"]) == {1, 2, 3, 4, 5}
+
+
+def test_case_ids_are_the_tiled_sweeps():
+    tiled = {c.id: c for c in tiled_cases.generate("standard")}
+    for c in lm.triton_cases("standard") + lm.cuda_core_cases("standard"):
+        assert tiled[c.id].load == c.load and tiled[c.id].expect == "data"
+
+
+def test_what_triton_cannot_express_is_said():
+    c = lm.triton_cases("standard")[0]
+    p = c.load
+    assert "element strides" in lm.triton_expresses(dataclasses.replace(p, element_strides=(2,) * p.rank))
+    assert "interleaved" in lm.triton_expresses(dataclasses.replace(p, interleave=Interleave.B16))
+    assert "tensor-map type" in lm.triton_expresses(dataclasses.replace(p, dtype=DataType.TFLOAT32))
+    assert "powers of two" in lm.triton_expresses(dataclasses.replace(p, box_dim=(3,) + p.box_dim[1:]))
+    ints = dataclasses.replace(p, dtype=DataType.UINT32, oob_fill=OobFill.NAN_REQUEST_ZERO_FMA)
+    assert "floating-point" in lm.triton_expresses(ints)
+
+
+# ------------------------------------------------------------------ map comparisons
+def _map(*words):
+    out = bytearray(128)
+    for w, v in words:
+        out[8 * w:8 * w + 8] = v.to_bytes(8, "little")
+    return bytes(out)
+
+
+PLAIN = _map((0, 0x1000), (1, 0x0020_0000), (8, 0x400), (9, 0x10))
+L2 = _map((0, 0x1000), (1, 0x0120_0000), (8, 0x400), (9, 0x10))
+
+
+def test_a_fixed_explanation_is_applied_and_named():
+    e = checks.Explanation("library.triton.l2-128b", "L2 promotion 128B", L2)
+    v = checks.compare_map(L2, PLAIN, [e], rule="library.triton.host-map", who="x", params="p")
+    assert v.errors == [] and v.explained == [("library.triton.l2-128b", "L2 promotion 128B",
+                                               ["w1[24:25]"])]
+    # the library without the difference its source states: that is a difference too
+    v = checks.compare_map(PLAIN, PLAIN, [e], rule="library.triton.host-map", who="x", params="p")
+    assert v.errors and v.errors[0][0] == "library.triton.host-map" and "w1[24:25]" in v.errors[0][1]
+
+
+def test_an_optional_explanation_holds_only_bit_for_bit():
+    zeroed = checks.zero_words(PLAIN)
+    e = checks.Explanation("library.triton.device-zeros", "words 8 and 9", zeroed, fixed=False)
+    v = checks.compare_map(zeroed, PLAIN, [e], rule="library.triton.device-map", who="x", params="p")
+    assert v.errors == [] and v.explained[0][0] == "library.triton.device-zeros"
+    half = checks.zero_words(PLAIN, (8,))          # one word zeroed, the other not: unexplained
+    v = checks.compare_map(half, PLAIN, [e], rule="library.triton.device-map", who="x", params="p")
+    assert v.errors and "w8" in v.errors[0][1] and v.explained == []
+    other = _map((0, 0x1000), (1, 0x0020_0000), (3, 0x77))
+    v = checks.compare_map(other, PLAIN, [e], rule="library.triton.device-map", who="x", params="p")
+    assert v.errors and "w3" in v.errors[0][1]
+
+
+def test_bit85_alone_names_the_known_workaround():
+    lib = (ml.as_int(PLAIN) ^ checks.BIT85).to_bytes(128, "little")
+    v = checks.compare_map(lib, PLAIN, [], rule="library.cuda-core.map", who="x", params="p")
+    assert "nvbug 5736804" in v.errors[0][1] and "w1[21:22]" in v.errors[0][1]
+    lib2 = (ml.as_int(lib) ^ 1).to_bytes(128, "little")
+    v = checks.compare_map(lib2, PLAIN, [], rule="library.cuda-core.map", who="x", params="p")
+    assert "nvbug" not in v.errors[0][1]
+
+
+def test_every_rule_the_checks_name_is_registered():
+    for r in ("library.triton.host-map", "library.triton.l2-128b", "library.triton.device-map",
+              "library.triton.device-zeros", "library.triton.device-fence", "library.triton.load",
+              "library.cuda-core.map", "library.cccl.element-stride0", "library.sources",
+              "library.triton.fence-sensitivity", "library.triton.box"):
+        assert known(r), r
+    for r in list(lm.SOURCE_QUOTES) + list(lm.PTX_QUOTES):
+        assert known(r), r
+
+
+def test_triton_box_is_the_block_cut_to_the_swizzle_width():
+    c = next(c for c in lm.triton_cases("full") if c.id.startswith("u8-r3-box256x8x8"))
+    assert c.block() == [8, 8, 256]
+    box, errors = lm.triton_box(c, [8, 8, 128], 3)          # 128B swizzle: two 128-byte pieces
+    assert box == (128, 8, 8) and errors == []
+    assert lm.triton_box(c, [8, 8, 256], 0) == ((256, 8, 8), [])
+    _, errors = lm.triton_box(c, [8, 8, 64], 3)
+    assert errors and errors[0][0] == "library.triton.box" and "[8, 8, 128]" in errors[0][1]
+
+
+# ------------------------------------------------------------------ loads
+def test_the_model_block_and_a_wrong_element():
+    c = next(c for c in lm.triton_cases("standard") if "straddle-hi" in c.id and c.rank == 2)
+    want = checks.expected_block(c)
+    assert len(want) == int(np.prod(c.block())) * c.load.esize
+    assert checks.check_block(c, want, "x") == []
+    bad = bytearray(want)
+    bad[-1] ^= 0xFF
+    (rule, text), = checks.check_block(c, bytes(bad), "Triton's host map")
+    assert rule == "library.triton.load" and "1 of" in text and "through Triton's host map" in text
+    assert checks.check_block(c, None, "x")[0][1].startswith("no block came back")
+
+
+# ------------------------------------------------------------------ maps over time
+def test_reuse_bookkeeping_tells_ok_stale_other_and_unwritten():
+    plan = reuse.Plan(programs=2, iters=3)
+    out = np.stack([reuse.expected(v) for v in range(plan.versions)])
+    assert reuse.classify(plan, out).counts == {"ok": 6, "stale": 0, "other": 0, "unwritten": 0}
+    out[1] = reuse.expected(0)            # program 0, iteration 1 saw iteration 0's map
+    out[2] = reuse.expected(0)            # iteration 2 saw the first map too (the H100's way)
+    out[4] = reuse.expected(5)            # a later version is not stale: other
+    out[5] = reuse.OUT_POISON
+    c = reuse.classify(plan, out)
+    assert c.counts == {"ok": 2, "stale": 2, "other": 1, "unwritten": 1}, c.counts
+    assert "program 0 iteration 1: stale (saw the map of iteration(s) [0])" in c.examples
+    pool, table = plan.pool(), plan.table()
+    offs, _ = plan.layout()
+    for v in range(plan.versions):
+        o, rows, stride = table[v, :3]
+        assert o == offs[v] and stride * 4 % 16 == 0
+        block = pool[o:o + reuse.H * stride].reshape(reuse.H, stride)[:, :reuse.W].reshape(-1)
+        assert np.array_equal(block, reuse.expected(v))
+
+
+# ------------------------------------------------------------------ PTX and skips
+PTX = """
+.version 8.7
+	@%p1 st.shared.b32 [ %r1 + 0 ], %r11;
+	@%p2 tensormap.replace.tile.global_address.shared::cta.b1024.b64 [ %rd13 + 0 ], %rd14;
+	@%p2 tensormap.replace.tile.rank.shared::cta.b1024.b32 [ %rd13 + 0 ], 0x1;
+	@%p2 tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [ %rd13 + 0 ], 0x0, %r2;
+	@%p2 tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [ %rd13 + 0 ], 0x3;
+	@%p1 tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [ %rd16 + 0 ], [ %rd13 + 0 ], 0x80;
+	@%p1 fence.proxy.tensormap::generic.acquire.gpu [ %rd16 + 0 ], 0x80;
+"""
+
+
+def test_ptx_fields_and_the_deleted_acquire():
+    f = triton_run.ptx_fields(PTX)
+    assert f["fields"]["swizzle_mode"] == ["0x3"] and f["fields"]["box_dim"] == ["0x0, %r2"]
+    assert f["release"] and f["acquire"] and f["ptx_version"] == "8.7"
+    cut, n = triton_run.ACQUIRE.subn("", PTX)
+    assert n == 1 and not triton_run.ptx_fields(cut)["acquire"] and triton_run.ptx_fields(cut)["release"]
+
+
+def test_triton_missing_names_what_to_install(monkeypatch):
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(runner.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "triton" else real(name, *a))
+    assert runner.triton_missing() == f"Triton is not installed: {runner.INSTALL}"
+    monkeypatch.setattr(runner.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else object())
+    assert runner.triton_missing() == ""          # no torch needed: CupyCudaDriver
+
+
+def test_an_unreadable_triton_map_object_is_said():
+    class NotIt:
+        pass
+    with pytest.raises(ValueError, match="is not driver.c's PyCUtensorMapObject"):
+        triton_run.map_bytes(NotIt())
