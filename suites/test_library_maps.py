@@ -12,6 +12,10 @@ ids are the tiled cases'):
 * ``test_triton_device_map`` / ``test_triton_device_load``: the map a Triton kernel builds
   with ``tl.make_tensor_descriptor`` (read from the scratch our ``triton.set_allocator``
   hands out) against the driver's, and the block it loads through it;
+* ``test_triton_host_store`` / ``test_triton_device_store``: ``desc.store`` through either
+  map (the cases at non-negative coordinates), every byte of the tensor and a guard after it;
+* ``test_triton_device_map_reused``: a device map rebuilt in a loop, with Triton's fence and
+  with its acquire deleted (stale maps must show);
 * ``test_cuda_core_map``: ``StridedMemoryView.as_tensor_map`` against the driver's;
 * ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
   installed library's source.
@@ -43,6 +47,7 @@ UNREADABLE = "is not driver.c's PyCUtensorMapObject"
 
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "triton_case", lm.triton_cases)
+    engine.parametrize(metafunc, "triton_store_case", lm.triton_store_cases)
     engine.parametrize(metafunc, "cuda_core_case", lm.cuda_core_cases)
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
@@ -61,6 +66,14 @@ def triton_runs(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("triton_case",))
     return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_cases(sweep.level(request.config))
                                            if c.id in selected])
+
+
+@pytest.fixture(scope="session")
+def triton_store_runs(request, gpu, kernels):
+    """The store cases' own batches: their ids are the map cases' (a Batches keys by id)."""
+    selected = selected_ids(request.session.items, ("triton_store_case",))
+    return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_store_cases(sweep.level(
+        request.config)) if c.id in selected])
 
 
 def _result(triton_runs, case, request):
@@ -186,6 +199,46 @@ def test_triton_device_load(triton_case, triton_runs, request):
         fail("library.triton.load", c.id, f"Triton could not compile a kernel making this "
              f"descriptor on the device: {r['device_error']}")
     fail_all(c.id, lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on "
+                                  "the device (tl.make_tensor_descriptor)"))
+
+
+# --------------------------------------------------------------------- Triton, stores
+@needs_triton
+@pytest.mark.rule("library.triton.store")
+def test_triton_host_store(triton_store_case, triton_store_runs, request):
+    """desc.store through the map Triton's launcher made for a TensorDescriptor argument:
+    that map against the driver's, and the tensor and its guard after the store against
+    the model."""
+    c = triton_store_case
+    r = _result(triton_store_runs, c, request)
+    if "host_error" in r:
+        fail("library.triton.store", c.id, f"Triton could not compile a kernel storing this "
+             f"descriptor's block {c.block()}: {r['host_error']}")
+    if "refused" in r:
+        fail("library.triton.store", c.id, f"Triton refused a descriptor within its documented "
+             f"limits: {r['refused']}")
+    meta = r["meta"]
+    box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
+    if not errors:
+        v = lm.triton_host(c, r["launched"], r["launched_address"], Swizzle(meta["swizzle"]),
+                           box, f"The map Triton's launcher made for the store ({meta})")
+        _explained(request, v)
+        errors += v.errors
+    errors += lm.check_store(c, r.get("host_after"), "Triton's host map (a TensorDescriptor "
+                             "argument)")
+    fail_all(c.id, errors)
+
+
+@needs_triton
+@pytest.mark.rule("library.triton.store")
+def test_triton_device_store(triton_store_case, triton_store_runs, request):
+    """desc.store through a map the kernel built with tl.make_tensor_descriptor."""
+    c = triton_store_case
+    r = _result(triton_store_runs, c, request)
+    if "device_error" in r:
+        fail("library.triton.store", c.id, f"Triton could not compile a kernel making this "
+             f"descriptor on the device: {r['device_error']}")
+    fail_all(c.id, lm.check_store(c, r.get("device_after"), "the map Triton's kernel built on "
                                   "the device (tl.make_tensor_descriptor)"))
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.library_maps import checks, reuse, runner, triton_run
+from fixtures.library_maps import cases as cases_mod
 from fixtures.library_maps.cases import TRITON_DTYPES, padding
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, Interleave, OobFill
@@ -192,3 +193,25 @@ def test_an_unreadable_triton_map_object_is_said():
         pass
     with pytest.raises(ValueError, match="is not driver.c's PyCUtensorMapObject"):
         triton_run.map_bytes(NotIt())
+
+
+# ------------------------------------------------------------------ stores
+def test_store_cases_and_the_h100s_row_chunk():
+    cs = lm.triton_store_cases("standard")
+    assert cs and all(min(c.load.coords) >= 0 and c.kind == "store" for c in cs)
+    tail = [c for c in cs if c.id.endswith("-tail16")]
+    assert tail and all(c.id.removesuffix("-tail16") in {t.id for t in lm.triton_cases("standard")}
+                        for c in tail)
+    c = tail[0]
+    doc, chunk = lm.store_expected(c), lm.store_expected(c, chunk=True)
+    assert doc != chunk and len(doc) == c.tensor_bytes + 64
+    assert lm.check_store(c, doc, "x") == []
+    (rule, text), = lm.check_store(c, chunk, "Triton's host map")
+    assert rule == "library.triton.store" and checks.PAST_ROW in text and "triton#11583" in text
+    other = bytearray(doc)
+    other[-1] ^= 1                             # the guard's last byte: not the row's chunk
+    (rule, text), = lm.check_store(c, bytes(other), "x")
+    assert checks.PAST_ROW not in text and "(guard)" in text
+    plain = next(c for c in cs if not c.id.endswith("-tail16"))
+    assert not cases_mod.writes_past_row(plain.load)
+    assert lm.store_expected(plain) == lm.store_expected(plain, chunk=True)
