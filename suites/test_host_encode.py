@@ -28,7 +28,7 @@ from fixtures.tensormap import params as tp
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap import sweep
 from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, encode_params, replace_params
-from fixtures.cuda_layer.cuda_core import CudaCoreDumper, CudaCoreUnavailable, enum_value
+from fixtures.cuda_layer.cuda_core import enum_value
 from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
@@ -317,16 +317,9 @@ def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc, request):
 # --------------------------------------------------------------------- peer encoder
 
 
-@pytest.fixture(scope="session")
-def peer(gpu):
-    try:
-        return CudaCoreDumper(gpu.ordinal, gpu.arch)
-    except CudaCoreUnavailable as exc:
-        pytest.skip(f"peer encoder not installed: {exc}")
-
-
 @pytest.mark.rule("encode.peer-agrees")
-def test_cuda_core_matches_encode_tiled(peer_case, gpu, peer, request):
+def test_cuda_core_matches_encode_tiled(peer_case, gpu, cuda_core_dumper, request):
+    peer = cuda_core_dumper
     import cupy  # lazy: CuPy: optional (extras), slow to import
     p = peer_case
     dt = DataType(p.dtype)

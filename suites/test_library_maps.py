@@ -35,7 +35,7 @@ import pytest
 from fixtures import engine
 from fixtures import library_maps as lm
 from fixtures.cuda_layer.batching import selected_ids
-from fixtures.cuda_layer.cuda_core import CudaCoreDumper, CudaCoreUnavailable, enum_value
+from fixtures.cuda_layer.cuda_core import enum_value
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap import sweep
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
@@ -90,6 +90,36 @@ def _explained(request, verdict):
         request.node.user_properties.append(("explained", f"{rule}: {what} ({', '.join(bits)})"))
 
 
+def _device_result(runs, c, rule: str, request) -> dict:
+    """The case's result, failing it under ``rule`` where the kernel that builds its map on
+    the device did not compile."""
+    r = _result(runs, c, request)
+    if "device_error" in r:
+        fail(rule, c.id, f"Triton could not compile a kernel making this descriptor on the "
+             f"device: {r['device_error']}")
+    return r
+
+
+def _launched_map(c, r, rule: str, verb: str, request) -> list:
+    """The map Triton's launcher made for the case's TensorDescriptor argument (with the
+    kernel's metadata) against the driver's: [(rule, message)]. A kernel that did not
+    compile, or a descriptor Triton refused, fails the case under ``rule``."""
+    if "host_error" in r:
+        fail(rule, c.id, f"Triton could not compile a kernel {verb} this descriptor's block "
+             f"{c.block()}: {r['host_error']}")
+    if "refused" in r:
+        fail(rule, c.id, f"Triton refused a descriptor within its documented limits: {r['refused']}")
+    meta = r["meta"]
+    box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
+    if not errors:
+        v = lm.triton_host(c, r["launched"], r["launched_address"], Swizzle(meta["swizzle"]), box,
+                           f"The map Triton's launcher made (make_tensordesc_arg with the "
+                           f"kernel's metadata {meta})")
+        _explained(request, v)
+        errors += v.errors
+    return errors
+
+
 # --------------------------------------------------------------------- Triton, host
 @pytest.mark.rule("library.triton.host-map")
 @needs_triton
@@ -111,20 +141,7 @@ def test_triton_host_map(triton_case, triton_runs, request):
 def test_triton_host_load(triton_case, triton_runs, request):
     c = triton_case
     r = _result(triton_runs, c, request)
-    if "host_error" in r:
-        fail("library.triton.load", c.id, f"Triton could not compile a kernel loading this "
-             f"descriptor's block {c.block()}: {r['host_error']}")
-    if "refused" in r:
-        fail("library.triton.load", c.id, f"Triton refused a descriptor within its documented "
-             f"limits: {r['refused']}")
-    meta = r["meta"]
-    box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
-    if not errors:
-        v = lm.triton_host(c, r["launched"], r["address"], Swizzle(meta["swizzle"]), box,
-                           "The map Triton's launcher made (make_tensordesc_arg with the "
-                           f"kernel's metadata {meta})")
-        _explained(request, v)
-        errors += v.errors
+    errors = _launched_map(c, r, "library.triton.load", "loading", request)
     errors += lm.check_block(c, r.get("host_block"), "Triton's host map (a TensorDescriptor "
                              "argument)")
     fail_all(c.id, errors)
@@ -164,10 +181,7 @@ def _ptx_errors(c, ptx) -> tuple[list, Swizzle | None]:
 @needs_triton
 def test_triton_device_map(triton_case, triton_runs, request):
     c = triton_case
-    r = _result(triton_runs, c, request)
-    if "device_error" in r:
-        fail("library.triton.device-map", c.id, f"Triton could not compile a kernel making "
-             f"this descriptor on the device: {r['device_error']}")
+    r = _device_result(triton_runs, c, "library.triton.device-map", request)
     errors, swizzle = _ptx_errors(c, r["ptx"])
     meta = r.get("meta")
     if swizzle is None:
@@ -194,10 +208,7 @@ def test_triton_device_map(triton_case, triton_runs, request):
 @needs_triton
 def test_triton_device_load(triton_case, triton_runs, request):
     c = triton_case
-    r = _result(triton_runs, c, request)
-    if "device_error" in r:
-        fail("library.triton.load", c.id, f"Triton could not compile a kernel making this "
-             f"descriptor on the device: {r['device_error']}")
+    r = _device_result(triton_runs, c, "library.triton.load", request)
     fail_all(c.id, lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on "
                                   "the device (tl.make_tensor_descriptor)"))
 
@@ -211,19 +222,7 @@ def test_triton_host_store(triton_store_case, triton_store_runs, request):
     the model."""
     c = triton_store_case
     r = _result(triton_store_runs, c, request)
-    if "host_error" in r:
-        fail("library.triton.store", c.id, f"Triton could not compile a kernel storing this "
-             f"descriptor's block {c.block()}: {r['host_error']}")
-    if "refused" in r:
-        fail("library.triton.store", c.id, f"Triton refused a descriptor within its documented "
-             f"limits: {r['refused']}")
-    meta = r["meta"]
-    box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
-    if not errors:
-        v = lm.triton_host(c, r["launched"], r["launched_address"], Swizzle(meta["swizzle"]),
-                           box, f"The map Triton's launcher made for the store ({meta})")
-        _explained(request, v)
-        errors += v.errors
+    errors = _launched_map(c, r, "library.triton.store", "storing", request)
     errors += lm.check_store(c, r.get("host_after"), "Triton's host map (a TensorDescriptor "
                              "argument)")
     fail_all(c.id, errors)
@@ -234,10 +233,7 @@ def test_triton_host_store(triton_store_case, triton_store_runs, request):
 def test_triton_device_store(triton_store_case, triton_store_runs, request):
     """desc.store through a map the kernel built with tl.make_tensor_descriptor."""
     c = triton_store_case
-    r = _result(triton_store_runs, c, request)
-    if "device_error" in r:
-        fail("library.triton.store", c.id, f"Triton could not compile a kernel making this "
-             f"descriptor on the device: {r['device_error']}")
+    r = _device_result(triton_store_runs, c, "library.triton.store", request)
     fail_all(c.id, lm.check_store(c, r.get("device_after"), "the map Triton's kernel built on "
                                   "the device (tl.make_tensor_descriptor)"))
 
@@ -292,14 +288,6 @@ def test_triton_device_map_reused(variant, gpu, request):
 
 
 # --------------------------------------------------------------------- cuda.core
-@pytest.fixture(scope="session")
-def cuda_core_dumper(gpu):
-    try:
-        return CudaCoreDumper(gpu.ordinal, gpu.arch)
-    except CudaCoreUnavailable as exc:
-        pytest.skip(f"cuda.core cannot make tensor maps here: {exc} (pip install -e '.[cu13]')")
-
-
 @pytest.fixture(scope="session")
 def cuda_core_pool(cuda_core_dumper):
     import cupy  # lazy: CuPy: optional (extras), slow to import
