@@ -9,12 +9,11 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.library_maps import checks, reuse, runner, triton_run
-from fixtures.library_maps import cases as cases_mod
 from fixtures.library_maps.cases import TRITON_DTYPES, padding
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, Interleave, OobFill
 from fixtures.tensormap.registry import known
-from fixtures.tma_box import tiled_cases
+from fixtures.tma_box import tiled, tiled_cases
 
 
 # ------------------------------------------------------------------ cases
@@ -213,5 +212,5 @@ def test_store_cases_and_the_h100s_row_chunk():
     (rule, text), = lm.check_store(c, bytes(other), "x")
     assert checks.PAST_ROW not in text and "(guard)" in text
     plain = next(c for c in cs if not c.id.endswith("-tail16"))
-    assert not cases_mod.writes_past_row(plain.load)
+    assert not tiled.tail_elements(plain.load)
     assert lm.store_expected(plain) == lm.store_expected(plain, chunk=True)
