@@ -37,6 +37,7 @@ from fixtures import library_maps as lm
 from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.cuda_core import enum_value
 from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.cuda_layer.toolchain import dist_version
 from fixtures.tensormap import sweep
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
 from fixtures.tensormap.registry import check, fail, fail_all
@@ -307,7 +308,7 @@ def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request
               interleave=enum_value("TensorMapInterleave", p.interleave))
     if p.dtype not in NUMPY_NAMES_IT:
         kw["data_type"] = enum_value("TensorMapDataType", p.dtype)
-    request.node.user_properties.append(("cuda-core", lm.version("cuda-core")))
+    request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
     try:
         desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **kw)
     except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
@@ -333,13 +334,13 @@ def test_library_sources_say_what_the_rules_quote(quoted_rule):
     if path is None:
         pytest.skip(f"{dist} is not installed: {lm.INSTALL}")
     if not path.is_file():
-        fail("library.sources", quoted_rule, f"{dist} {lm.version(dist)} has no {rel}: the "
+        fail("library.sources", quoted_rule, f"{dist} {dist_version(dist)} has no {rel}: the "
              f"rule {quoted_rule} quotes a file this version does not ship")
     text = " ".join(path.read_text(errors="replace").split())
     at = 0
     for part in [" ".join(q.split()) for q in quote.split("...") if q.strip()]:
         i = text.find(part, at)
         if i < 0:
-            fail("library.sources", quoted_rule, f"{dist} {lm.version(dist)}'s {rel} does not say "
+            fail("library.sources", quoted_rule, f"{dist} {dist_version(dist)}'s {rel} does not say "
                  f"{part!r}: the explanation {quoted_rule} quotes a line this version changed")
         at = i + len(part)
