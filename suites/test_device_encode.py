@@ -222,7 +222,7 @@ def test_replace_address_matches_driver(ctx, address_case):
         fail("device-encode.replace-address", address_case.id,
              f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
              f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
-             f"{de.bits_text(ctx, d)}; {de.words_text(r.device, h.map_bytes, ml.words_of(d))}")
+             f"{de.bits_text(ctx, d)}; {ml.words_text(r.device, h.map_bytes, ml.words_of(d))}")
 
 
 @pytest.mark.rule("device-encode.global-stride-bytes")
