@@ -13,4 +13,4 @@ keep_bytecode()
 # importing it.
 pytest.register_assert_rewrite("fixtures.plugins")
 pytest_plugins = ["fixtures.plugins.heap", "fixtures.plugins.harness", "fixtures.plugins.known_issues",
-                  "fixtures.plugins.reporting", "fixtures.plugins.controller"]
+                  "fixtures.plugins.every_gpu", "fixtures.plugins.reporting", "fixtures.plugins.controller"]

@@ -106,7 +106,7 @@ def compile_times(arch: str | None) -> list[dict]:
     from fixtures.cuda_layer import build, cuda_env, placement as gpu  # lazy: reports/ imports nothing of fixtures at import time
     if arch is None:
         state = cuda_env.probe()
-        arch = gpu.arch_for(gpu.home_device(state).cc) if state.available else "sm_90a"
+        arch = gpu.arch_for(gpu.first_device(state).cc) if state.available else "sm_90a"
     rows = []
     with tempfile.TemporaryDirectory() as cache:
         for src in sorted(p.name for p in build.KERNEL_DIR.glob("*.cu")):

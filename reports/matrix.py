@@ -11,7 +11,8 @@ from pathlib import Path
 
 from . import axes
 from .fingerprint import props_of, summary_rows
-from .model import FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run, run_verdict
+from .model import (BAD, FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run, gpu_counts, gpu_label, run_gpus,
+                    run_verdict)
 from .render import (STATE_HEADERS, Cell, Document, Section, Table, link_cell, state_counts_row,
                      to_html, to_markdown)
 
@@ -23,6 +24,13 @@ def _first_line(s: str, n: int = 400) -> str:
     s = (s or "").strip()
     line = s.splitlines()[0] if s else ""
     return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def _bad_gpus(c) -> str:
+    """The GPUs a failed case failed on ("2, 3"; "-" for one that ran on none)."""
+    if not c.gpus:
+        return "-"
+    return ", ".join(k for k, s in sorted(c.gpus.items(), key=lambda kv: int(kv[0])) if s in BAD) or "-"
 
 
 def verdict(run: Run) -> tuple[str, str]:
@@ -43,6 +51,9 @@ def document(run: Run) -> Document:
 
     total = run.counts()
     doc.sections.append(Section("Summary", tables=[Table(STATE_HEADERS, [state_counts_row(total)])]))
+    gpu_sec = _gpu_section(run)
+    if gpu_sec is not None:
+        doc.sections.append(gpu_sec)
 
     # per suite
     per_suite: dict[str, Counter] = defaultdict(Counter)
@@ -80,13 +91,13 @@ def document(run: Run) -> Document:
     doc.sections.append(axis_sec)
 
     # failures
-    bad = [c for c in run.cases.values() if c.state in (FAILED, NOBUILD)]
+    bad = [c for c in run.cases.values() if c.state in BAD]
     sec = Section(f"Failures ({len(bad)})")
     if bad:
         rows = [[Cell(c.id, "mono"), Cell(c.state, f"st-{c.state}"), Cell(c.rule or "-", "mono"),
-                 c.phase or "call", _first_line(c.message)] for c in bad[:MAX_ROWS]]
+                 _bad_gpus(c), c.phase or "call", _first_line(c.message)] for c in bad[:MAX_ROWS]]
         note = f"… and {len(bad) - MAX_ROWS} more (results.json lists all)" if len(bad) > MAX_ROWS else ""
-        sec.tables.append(Table(["case", "state", "rule", "phase", "message"], rows, note))
+        sec.tables.append(Table(["case", "state", "rule", "GPUs", "phase", "message"], rows, note))
         by_rule = Counter(c.rule or "(no rule named)" for c in bad)
         sec.tables.append(Table(["rule", "failures"], [[Cell(r, "mono"), n] for r, n in by_rule.most_common()]))
     else:
@@ -110,6 +121,33 @@ def document(run: Run) -> Document:
     env_rows = [[k, Cell(v, "mono")] for k, v in summary_rows(props)]
     doc.sections.append(Section("Environment", tables=[Table(["", "value"], env_rows)]))
     return doc
+
+
+def _gpu_section(run: Run) -> Section | None:
+    """Per GPU of the run: the states of the cases it ran (a case of a run on several GPUs
+    ran on each of them), and the cases that ran on none (host-side, or stopped before)."""
+    ran = run_gpus(run)
+    if not ran:
+        return None
+    counts = gpu_counts(run)
+    rows = []
+    for g in ran:
+        c = counts.get(int(g["ordinal"]), {})
+        rows.append([Cell(gpu_label(g), "mono"), g.get("name", "-")] + state_counts_row(c))
+        if any(c.get(s) for s in BAD):
+            rows[-1][0] = Cell(gpu_label(g), "flag")
+    off = {s: 0 for s in STATES}
+    for case in run.cases.values():
+        if not case.gpus:
+            off[case.state] += 1
+    rows.append([Cell("on no GPU", "mono"), "host-side cases, cases stopped before their GPUs"]
+                + state_counts_row(off))
+    sec = Section("Per GPU", tables=[Table(["GPU", "name"] + STATE_HEADERS, rows)])
+    if len(ran) > 1:
+        sec.paragraphs.append(f"Each case ran on each of the run's {len(ran)} GPUs; its state in the "
+                              "other tables is the worst of its GPUs', and results.json gives each "
+                              "GPU's (a case's gpus).")
+    return sec
 
 
 def _known_section(run: Run) -> Section:

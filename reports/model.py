@@ -9,6 +9,12 @@ A case is one pytest node id. Its *state* is exactly one of ``STATES``:
 - ``skipped``           (with a reason and a ``skip_kind``: ``no-gpu``,
                          ``needs-2-gpus``, ``arch-lacks-feature``, ``gpu-lost``, ``other``)
 - ``could-not-build``   (a ``BuildError`` raised while preparing or running it)
+- ``harness-error``     (the harness's own step failed: an allocation, a copy, a memset
+                         on the wrong GPU; no documented rule was judged)
+
+A case of a run on several GPUs ran on each of them: ``gpus`` holds its state on each
+(ordinal -> state, ``"0": "passed"``), its own state is the worst of them, and the run's
+GPUs (ordinal, name, UUID, PCI bus id) are in ``results.json``'s ``gpu.run``.
 
 A run is read either from ``results.json`` (written by ``fixtures.plugins.reporting``;
 schema ``tmac-results/1``) or from a pytest JUnit XML file (any family): the
@@ -29,14 +35,23 @@ RESULTS_SCHEMA = "tmac-results/1"
 ENV_SCHEMA = "tmac-environment/3"
 
 PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
-STATES = (PASSED, FAILED, KNOWN, SKIPPED, NOBUILD)
+HARNESS = "harness-error"
+STATES = (PASSED, FAILED, KNOWN, SKIPPED, NOBUILD, HARNESS)
 STATE_LABELS = {PASSED: "passed", FAILED: "failed", KNOWN: "known issue",
-                SKIPPED: "skipped", NOBUILD: "could not build"}
+                SKIPPED: "skipped", NOBUILD: "could not build", HARNESS: "harness error"}
+BAD = (FAILED, NOBUILD, HARNESS)         # the states that keep a run from passing
 # Worse first; used when a case has several phases (setup, call, teardown) or
-# several rows (JUnit written with teardown errors) to keep the worst.
-_SEVERITY = {NOBUILD: 5, FAILED: 4, KNOWN: 3, SKIPPED: 2, PASSED: 1}
+# several rows (JUnit written with teardown errors) to keep the worst, and for the
+# worst of a case's GPUs. A broken rule outranks a harness error.
+_SEVERITY = {NOBUILD: 6, FAILED: 5, HARNESS: 4, KNOWN: 3, SKIPPED: 2, PASSED: 1}
+
+
+def severity(state: str) -> int:
+    return _SEVERITY.get(state, 0)
+
 
 NOBUILD_PREFIX = "could-not-build: "
+HARNESS_PREFIX = "harness-error: "
 KNOWN_PREFIX = "known-issue "
 XPASS_STRICT = "[XPASS(strict)]"
 
@@ -53,7 +68,7 @@ _SKIP_PATTERNS = [
 
 # The one failure shape (fixtures/tensormap/registry.py): a JUnit message starts
 # "[rule R] [case id]" (after "could-not-build: " for a case that could not build).
-_SHAPE_RE = re.compile(r"^(?:could-not-build: )?\[rule (\S+)\] \[case ")
+_SHAPE_RE = re.compile(r"^(?:could-not-build: |harness-error: )?\[rule (\S+)\] \[case ")
 _KNOWN_RE = re.compile(r"known-issue (\S+?):\s*(.*?)(?:\s*\[evidence: (.*)\])?\s*$", re.S)
 
 
@@ -143,6 +158,7 @@ class CaseResult:
     duration: float = 0.0
     phase: str | None = None      # where it failed: setup, call, teardown, collect
     worker: str | None = None
+    gpus: dict | None = None      # its state on each GPU it ran on: {"0": "passed", ...}
     # the timeline (fixtures/plugins/timeline.py): seconds since the session started
     start: float | None = None    # its setup began
     end: float | None = None      # its teardown ended
@@ -163,6 +179,8 @@ class CaseResult:
         d = {k: v for k in _CASE_FIELDS if (v := own[k]) is not None and v != ""}
         if "known_issue" in d:
             d["known_issue"] = dict(d["known_issue"])
+        if "gpus" in d:
+            d["gpus"] = dict(d["gpus"])
         suite = self.suite
         if suite:
             d["suite"] = suite
@@ -187,8 +205,9 @@ class Verdict:
 
 
 VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPLETE",
-            "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED", "GPU LOST")
+            "INTERNAL ERROR", "NO CASES RAN", "NOTHING PASSED", "GPU LOST", "HARNESS ERROR")
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
+EXIT_HARNESS = 3                            # HARNESS ERROR: the harness failed, no rule judged
 EXIT_GPU_LOST = 6                           # ours: the GPU stopped answering mid-run
 NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugins.harness.node_check), not conformance cases
 
@@ -197,7 +216,9 @@ def run_verdict(run: "Run") -> Verdict:
     """The one verdict of a run, worst first: an interrupted, timed-out, incomplete or
     crashed run is never PASS; a run whose GPU stopped answering mid-run is GPU LOST
     (worse than FAIL); a run in which no GPU case could run (no usable GPU) is NOT
-    MEASURED, never PASS; failures and could-not-build make it FAIL."""
+    MEASURED, never PASS; failures and could-not-build make it FAIL, naming the GPUs
+    they were on when the run had several; harness errors alone make it HARNESS ERROR
+    (no documented rule was judged broken)."""
     c = run.counts()
     total = sum(c.values())
     bad = c[FAILED] + c[NOBUILD]
@@ -206,6 +227,8 @@ def run_verdict(run: "Run") -> Verdict:
     end = meta.get("end") or {}
     missing = int(meta.get("not_reported") or 0)
     tally = f"{c[PASSED]} passed, {bad} failed or could not build, {total} cases reported"
+    if c[HARNESS]:
+        tally += f", {c[HARNESS]} harness errors"
     if missing:
         tally += f", {missing} never reported"
     status = meta.get("exitstatus")
@@ -216,19 +239,29 @@ def run_verdict(run: "Run") -> Verdict:
         why = end.get("why") or (f"pytest stopped at {uncollected} collection error(s)" if uncollected
                                  else "the run was interrupted")
         return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
-    if status == EXIT_INTERNAL:
+    if status == EXIT_INTERNAL and not c[HARNESS]:
         return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")
     lost = gpu_lost_verdict(run, tally)
     if lost is not None:
         return lost
+    node_failed = [r for cid, r in run.cases.items() if cid.startswith(NODE_PREFIX) and r.state == FAILED]
+    if conformance == 0 and node_failed:
+        return Verdict("FAIL", f"FAIL: {node_failed[0].message} (no case ran)", "bad")
     if conformance == 0:
         return Verdict("NO CASES RAN", "NO CASES RAN" + (f" ({tally})" if total else ""), "bad")
     if missing:
         return Verdict("INCOMPLETE", f"INCOMPLETE: {missing} collected case(s) never reported a "
                        f"result ({tally})", "bad")
+    per_gpu = gpu_text(run)
     if bad:
-        return Verdict("FAIL", f"FAIL: {c[FAILED]} failed, {c[NOBUILD]} could not build "
-                       f"(of {total})", "bad")
+        head = per_gpu or f"{c[FAILED]} failed, {c[NOBUILD]} could not build"
+        tail = f", {c[HARNESS]} harness errors" if c[HARNESS] else ""
+        return Verdict("FAIL", f"FAIL: {head}{tail} (of {total})", "bad")
+    if c[HARNESS]:
+        first = next(r for r in run.cases.values() if r.state == HARNESS)
+        head = per_gpu or f"{c[HARNESS]} case(s) could not be judged"
+        return Verdict("HARNESS ERROR", f"HARNESS ERROR: {head}: the harness itself failed, no "
+                       f"documented rule was judged for them (first: {first.id}) (of {total})", "bad")
     extra = []
     if c[KNOWN]:
         extra.append(f"{c[KNOWN]} known issues")
@@ -243,8 +276,67 @@ def run_verdict(run: "Run") -> Verdict:
                        + (f" ({', '.join(extra)})" if extra else ""), "warn")
     if c[PASSED] == 0:
         return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")
-    return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else ""),
+    ran = run_gpus(run)
+    on = f" on each of {len(ran)} GPUs ({', '.join(str(g['ordinal']) for g in ran)})" if len(ran) > 1 else ""
+    return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else "") + on,
                    "ok")
+
+
+def run_gpus(run: "Run") -> list[dict]:
+    """The GPUs the run ran its cases on ({"ordinal", "name", "uuid", "pci_bus_id"}):
+    results.json's ``gpu.run``, else the ordinals its cases name."""
+    ran = ((run.meta or {}).get("gpu") or {}).get("run")
+    if isinstance(ran, list) and all(isinstance(g, dict) and "ordinal" in g for g in ran):
+        return ran
+    seen = sorted({int(k) for r in run.cases.values() for k in (r.gpus or {}) if str(k).isdigit()})
+    return [{"ordinal": k} for k in seen]
+
+
+def gpu_counts(run: "Run") -> dict[int, dict[str, int]]:
+    """Per GPU of the run (by ordinal): its cases' states there."""
+    out: dict[int, dict[str, int]] = {int(g["ordinal"]): {s: 0 for s in STATES} for g in run_gpus(run)}
+    for r in run.cases.values():
+        for k, state in (r.gpus or {}).items():
+            if state in STATES and str(k).isdigit():
+                out.setdefault(int(k), {s: 0 for s in STATES})[state] += 1
+    return out
+
+
+def gpu_label(g: dict) -> str:
+    """"GPU 2 (GPU-a90d..., 0000:9a:00.0)" from a ``run_gpus`` entry."""
+    who = ", ".join(str(g[k]) for k in ("uuid", "pci_bus_id") if g.get(k))
+    return f"GPU {g['ordinal']}" + (f" ({who})" if who else "")
+
+
+def _ordinals(ks) -> str:
+    ks = sorted(ks)
+    return ("GPU " if len(ks) == 1 else "GPUs ") + ", ".join(map(str, ks))
+
+
+def gpu_text(run: "Run") -> str | None:
+    """Which of a run's several GPUs failed, and what: "GPU 2 (GPU-a90d..., ...) 3 failed;
+    GPUs 0, 1, 3 passed" (with the failures on no GPU: host-side cases, a case's setup);
+    None for a run on one GPU or none."""
+    ran = run_gpus(run)
+    if len(ran) < 2:
+        return None
+    counts = gpu_counts(run)
+    parts, fine = [], []
+    for g in ran:
+        k = int(g["ordinal"])
+        cnt = counts.get(k, {})
+        bits = [f"{cnt[s]} {STATE_LABELS[s]}" for s in BAD if cnt.get(s)]
+        if bits:
+            parts.append(f"{gpu_label(g)} {', '.join(bits)}")
+        else:
+            fine.append(k)
+    off = {s: sum(1 for r in run.cases.values() if r.state == s and not r.gpus) for s in BAD}
+    if any(off.values()):
+        parts.append(", ".join(f"{n} {STATE_LABELS[s]}" for s, n in off.items() if n) + " on no GPU "
+                     "(host-side, or before the case reached its GPUs)")
+    if fine:
+        parts.append(f"{_ordinals(fine)} passed")
+    return "; ".join(parts)
 
 
 def gpu_lost_verdict(run: "Run", tally: str) -> Verdict | None:
@@ -264,7 +356,8 @@ def gpu_lost_verdict(run: "Run", tally: str) -> Verdict | None:
     not_run = sum(1 for r in skipped if r.id != case)
     where = f"at {lost['at']} during {case}" if lost.get("at") else f"during {case}"
     why = f" ({lost['why']})" if lost.get("why") else ""
-    return Verdict("GPU LOST", f"GPU LOST: the GPU stopped answering {where}{why}; {not_run} GPU "
+    who = lost.get("gpu") or "the GPU"
+    return Verdict("GPU LOST", f"GPU LOST: {who} stopped answering {where}{why}; {not_run} GPU "
                    f"case(s) not run ({tally})", "bad")
 
 
@@ -272,8 +365,10 @@ def worse(a: CaseResult | None, b: CaseResult) -> CaseResult:
     if a is None or _SEVERITY[b.state] > _SEVERITY[a.state]:
         if a is not None:
             b.duration += a.duration
+            b.gpus = b.gpus or a.gpus
         return b
     a.duration += b.duration
+    a.gpus = a.gpus or b.gpus
     return a
 
 
@@ -369,8 +464,10 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
         if err is not None:
             phase = "teardown" if msg.startswith("failed on teardown") else (
                 "collect" if msg == "collection failure" else "setup")
-        state = NOBUILD if NOBUILD_PREFIX.strip() in msg else FAILED
+        state = NOBUILD if NOBUILD_PREFIX.strip() in msg else HARNESS if msg.startswith(HARNESS_PREFIX) \
+            else FAILED
         r = CaseResult(nodeid, state, msg, rule=rule_of_message(msg), duration=dur, phase=phase)
+        r.gpus = parse_gpu_lines(tc.findtext("system-out"))
         if XPASS_STRICT in msg:
             r.known_issue = parse_known(msg)
             r.rule = r.rule or "known-issue-no-longer-reproduces"
@@ -381,9 +478,42 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
         if skip.get("type") == "pytest.xfail" or ki:
             if ki:
                 ki["mode"] = "xfail" if skip.get("type") == "pytest.xfail" else "skip"
-            return CaseResult(nodeid, KNOWN, msg, known_issue=ki, duration=dur)
-        return CaseResult(nodeid, SKIPPED, msg, skip_kind=classify_skip(msg), duration=dur)
-    return CaseResult(nodeid, PASSED, duration=dur)
+            return CaseResult(nodeid, KNOWN, msg, known_issue=ki, duration=dur,
+                              gpus=parse_gpu_lines(tc.findtext("system-out")))
+        return CaseResult(nodeid, SKIPPED, msg, skip_kind=classify_skip(msg), duration=dur,
+                          gpus=parse_gpu_lines(tc.findtext("system-out")))
+    return CaseResult(nodeid, PASSED, duration=dur, gpus=parse_gpu_lines(tc.findtext("system-out")))
+
+
+# The GPUs of a JUnit <testcase>, in its <system-out> (fixtures/plugins/controller.py writes
+# them): "GPU 0 (GPU-..., 0000:18:00.0): passed" for a run on one GPU; "GPUs 0, 1, 2, 3:
+# passed" when the case had one state on all of the run's GPUs (their UUIDs and PCI bus ids
+# are the testsuite's properties tmac.gpus[N].*); else a line per GPU, each named in full.
+_GPU_LINE = re.compile(r"^GPUs? ([\d, ]+?)(?: \([^)]*\))?: (\S+)$")
+
+
+def gpu_lines(gpus: dict | None, ran: list[dict]) -> str:
+    """The <system-out> text naming the GPUs a case ran on and its state on each."""
+    if not gpus:
+        return ""
+    by = {str(g["ordinal"]): g for g in ran}
+    states = set(gpus.values())
+    if len(gpus) > 1 and len(states) == 1:
+        return f"{_ordinals(int(k) for k in gpus)}: {next(iter(states))}"
+    return "\n".join(f"{gpu_label(by.get(str(k), {'ordinal': k}))}: {state}"
+                     for k, state in sorted(gpus.items(), key=lambda kv: int(kv[0])))
+
+
+def parse_gpu_lines(text: str | None) -> dict | None:
+    """``gpu_lines`` read back: {"0": "passed", ...}, or None when the text names no GPU."""
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        m = _GPU_LINE.match(line.strip())
+        if m and m.group(2) in STATES:
+            for k in m.group(1).split(","):
+                if k.strip().isdigit():
+                    out[k.strip()] = m.group(2)
+    return out or None
 
 
 def load_run(path: str | os.PathLike) -> Run:

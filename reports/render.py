@@ -71,7 +71,8 @@ def _md_cell(c: Cell) -> str:
     t = _md_escape(c.text)
     if c.href:
         return f"[{t}]({c.href})"
-    if set(c.cls.split()) & {"st-failed", "st-could-not-build", "flag"} and c.text not in ("", "0"):
+    if set(c.cls.split()) & {"st-failed", "st-could-not-build", "st-harness-error", "flag"} \
+            and c.text not in ("", "0"):
         return f"**{t}**"
     return t
 
@@ -120,6 +121,7 @@ td.st-failed { background:#ffebe9; color: var(--fail); font-weight: 700; }
 td.st-known-issue { background:#fff8c5; color: var(--known); font-weight: 600; }
 td.st-skipped { background:#f6f8fa; color: var(--skip); }
 td.st-could-not-build { background:#fbefff; color: var(--nobuild); font-weight: 700; }
+td.st-harness-error { background:#fff1e5; color: var(--nobuild); font-weight: 700; }
 td.flag { background:#ffebe9; color: var(--fail); font-weight: 700; }
 td.mono, code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
 td.msg { max-width: 620px; white-space: pre-wrap; word-break: break-word; }

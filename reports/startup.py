@@ -25,7 +25,7 @@ def main() -> None:
     from fixtures.cuda_layer import cuda_env, placement as gpu  # lazy: reports/ imports nothing of fixtures at import time
     from fixtures.cuda_layer.isolation import run_isolated  # lazy: reports/ imports nothing of fixtures at import time
     t0 = time.perf_counter()
-    g = gpu.Gpu.open(gpu.home_device(cuda_env.probe()))
+    g = gpu.Gpu.open(gpu.first_device(cuda_env.probe()))
     cupy.zeros(1).sum()
     t_ctx = time.perf_counter() - t0
     free, total = cupy.cuda.runtime.memGetInfo()

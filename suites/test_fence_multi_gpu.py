@@ -1,29 +1,41 @@
 """Fence scopes across two GPUs (issue 6, scenario 6): one GPU encodes a tensor map
 and publishes it at ``.sys`` into memory the other GPU uses; the other GPU acquires at
 ``.sys`` in each consuming block and loads. Maps in one GPU's memory describe data in
-the other's; both directions. Needs two GPUs with peer access (the ``gpus`` fixture
-marks these multi_gpu and skips them with the reason otherwise).
+the other's.
+
+Every GPU of the run is a producer and a consumer: the pairs are a ring over the run's
+GPUs at smoke and standard (each GPU to the next, the last to the first; with two GPUs
+both ways), every ordered pair at full (fixtures/cuda_layer/placement.py ``pairs``); the
+ids name the GPUs of the pair (``two-gpu-events-gpu2-to-gpu3-...``). Each pair needs
+peer access both ways, checked for that pair (a pair without it skips, naming it). With
+fewer than two GPUs the cases of GPUs 0 and 1 are collected and skip (the ``gpus``
+fixture marks these multi_gpu and skips them with the reason).
 
 Seed 001: "If the threads are on different devices, the `.sys` scope must be used."
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from fixtures import fences
+from fixtures.cuda_layer import placement
+from fixtures.plugins import every_gpu
 from fixtures.tensormap import sweep
 
 
 def _cases(config):
     iters = sweep.pick(config, smoke=16, standard=128, full=1024)
     consumers = sweep.pick(config, smoke=4, standard=16, full=64)
+    ordinals = [d.ordinal for d in every_gpu.run_gpus()]
     cases = []
     for mode, layouts in (("flag", (("consumer", "consumer"), ("producer", "consumer"))),
                           ("events", (("consumer", "consumer"), ("producer", "consumer"),
                                       ("consumer", "producer"), ("producer", "producer")))):
-        for direction in ((0, 1), (1, 0)):
+        for producer, consumer in placement.pairs(ordinals, every=sweep.level(config) == "full"):
             for data_on, map_on in layouts:
-                cases.append(dict(mode=mode, producer=direction[0], consumer=direction[1],
+                cases.append(dict(mode=mode, producer=producer, consumer=consumer,
                                   data_on=data_on, map_on=map_on, consumers=consumers,
                                   iters=iters))
     return cases
@@ -41,27 +53,27 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("case", cases, ids=[_id(c) for c in cases])
 
 
-@pytest.fixture(scope="session")
-def pair(gpus):
-    """The two lowest GPU ordinals, with peer access enabled both ways."""
-    ordinals = sorted(g.ordinal for g in gpus)[:2]
-    why = fences.peer_access(*ordinals)
-    if why:
-        pytest.skip(f"needs peer access between GPUs {ordinals}: {why}")
-    return ordinals
+@functools.lru_cache(maxsize=None)
+def _peer_access(a: int, b: int) -> str | None:
+    """Peer access between GPUs ``a`` and ``b``, enabled both ways once per process: None,
+    or why not."""
+    return fences.peer_access(a, b)
 
 
 @pytest.mark.rule("fence.release-acquire")
-def test_two_gpu(gpus, pair, kernels, request, case):
+def test_two_gpu(gpus, kernels, request, case):
     """The producer GPU (tensormap.replace in shared memory, tensormap.cp_fenceproxy
     .release.sys) writes each version into a map slot in one GPU's memory describing
     data in one GPU's memory; the consumer GPU's blocks each acquire at .sys and load.
     "flag": both kernels run at once, handoffs by st.release.sys / ld.acquire.sys flags
     in the consumer's memory (bounded waits). "events": kernels ordered by
     cross-device events."""
-    kw = dict(case)
-    kw["producer"], kw["consumer"] = pair[case["producer"]], pair[case["consumer"]]
-    r = fences.run_two_gpu(gpus[0].arch, kernels.cache_dir, **kw)
+    pair = (case["producer"], case["consumer"])
+    every_gpu.ran_on(request.node, pair)
+    why = _peer_access(*sorted(pair))
+    if why:
+        pytest.skip(f"needs peer access between GPUs {pair[0]} and {pair[1]}: {why}")
+    r = fences.run_two_gpu(gpus[0].arch, kernels.cache_dir, **case)
     request.node.user_properties.extend(r.properties())
     print(r.line())
     r.check("fence.release-acquire", "fence.scope-sys", "fence.same-block", case=request.node.callspec.id)

@@ -66,15 +66,23 @@ def test_tma_load(load_case, tma_batches):
     check(run.status == st.OK, "tma-load.model", cid, f"kernel status {st.describe(run.status)}")
     check(run.global_intact, "tma-load.model", cid,
           f"the load changed global memory: {run.global_note}")
-    want = tiled.load(load_case.load, tl.TILED.tensor(load_case), 0)
+    want = engine.pool.memo(load_case, "model_load", lambda c: tiled.load(c.load, tl.TILED.tensor(c), 0))
     check(want.kind == "data", "tma-model", cid, f"the model answers {want.kind} for a data case")
     if run.image != want.data:
         fail("tma-load.model", cid, mismatch_message(load_case, run.image, want.data))
 
 
 _SEED004 = {c.id: c for c in tiled_cases.seed004_count_cases()}
-_seed004_runs: engine.Batches | None = None
 _SEED004_EXTRA = 4096
+
+
+@pytest.fixture(scope="session")
+def seed004_runs(gpu, kernels) -> engine.Batches:
+    """The seed-004 cases' loads, run to completion (their wait is told a byte count no
+    load reaches), in one batch."""
+    return engine.Batches(gpu, kernels, list(_SEED004.values()), replace(
+        tl.TILED, rule="tma-load.box-elements", tx_override=(1 << 20) - 1,
+        timeout_ns=5_000_000, extra_copy=_SEED004_EXTRA))
 
 
 def _padded(buf: bytes, n: int) -> np.ndarray:
@@ -85,7 +93,7 @@ def _padded(buf: bytes, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("case_id", list(_SEED004))
 @pytest.mark.rule("tma-load.box-elements")
-def test_box_per_seed_004(case_id, gpu, kernels):
+def test_box_per_seed_004(case_id, seed004_runs):
     """Seed 004: boxDim is the "number of elements to be traversed along each of
     the tensorRank dimensions", TMA "loads ceil(boxDim[i] / elementStrides[i])
     number of elements along i-th dimension" (dimension 0's stride ignored
@@ -93,12 +101,7 @@ def test_box_per_seed_004(case_id, gpu, kernels):
     count no load reaches) must put exactly those elements in shared memory,
     rows dense.  Non-interleaved controls must pass; interleaved boxes on the
     H200 do not (tma_model.INTERLEAVE_EVIDENCE)."""
-    global _seed004_runs
-    if _seed004_runs is None:
-        _seed004_runs = engine.Batches(gpu, kernels, list(_SEED004.values()), replace(
-            tl.TILED, rule="tma-load.box-elements", tx_override=(1 << 20) - 1,
-            timeout_ns=5_000_000, extra_copy=_SEED004_EXTRA))
-    case, run = _SEED004[case_id], _seed004_runs.result(_SEED004[case_id])
+    case, run = _SEED004[case_id], seed004_runs.result(_SEED004[case_id])
     p = case.load
     check(run.encode_status == "CUDA_SUCCESS", "tma-load.box-elements", case_id,
           f"encode {run.encode_status}")

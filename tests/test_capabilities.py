@@ -52,11 +52,11 @@ def test_requires_tool(monkeypatch):
 def test_a_case_without_markers_never_asks_for_the_gpu(monkeypatch):
     def no_gpu():
         raise AssertionError("the GPU was looked up for a case without capability markers")
-    monkeypatch.setattr(capabilities, "home_gpu", no_gpu)
+    monkeypatch.setattr(capabilities, "run_gpu", no_gpu)
     capabilities.pytest_runtest_setup(_Item(pytest.mark.rule("x")))
 
 
 def test_a_lacking_node_skips_at_setup(monkeypatch):
-    monkeypatch.setattr(capabilities, "home_gpu", _gpu(90))
+    monkeypatch.setattr(capabilities, "run_gpu", _gpu(90))
     with pytest.raises(pytest.skip.Exception, match="needs sm_100: GPU 1 is sm_90"):
         capabilities.pytest_runtest_setup(_Item(pytest.mark.requires_sm(100)))

@@ -132,7 +132,7 @@ def test_a_gpu_lost_mid_run_stops_the_gpu_work_and_says_so(tmp_path):
     for i in cases:
         if "test_gpu_before" in i or "test_host_side" in i or i == "node::usable-gpus":
             assert cases[i]["state"] == "passed", cases[i]
-    want = f"GPU LOST: the GPU stopped answering at {lost['at']} during {falls} ({lost['why']}); 20 GPU case(s) not run"
+    want = f"GPU LOST: GPU 0 stopped answering at {lost['at']} during {falls} ({lost['why']}); 20 GPU case(s) not run"
     assert meta["verdict"].startswith(want), meta["verdict"]
     assert f"verdict: {want}" in cp.stdout
     assert "20 gpu-lost" in cp.stdout or "21 gpu-lost" in cp.stdout
@@ -161,7 +161,7 @@ def test_a_context_that_cannot_be_created_any_more_is_a_lost_gpu(tmp_path):
     gpu_cases = [c for i, c in cases.items() if "test_gpu" in i]
     assert len(gpu_cases) == 26 and {c["skip_kind"] for c in gpu_cases} == {"gpu-lost"}, gpu_cases
     assert not [c for c in cases.values() if c["state"] == "failed"]
-    assert meta["verdict"].startswith(f"GPU LOST: the GPU stopped answering at {lost['at']} during {first}")
+    assert meta["verdict"].startswith(f"GPU LOST: GPU 0 stopped answering at {lost['at']} during {first}")
     assert "; 25 GPU case(s) not run" in meta["verdict"]
 
 

@@ -199,10 +199,12 @@ def test_a_child_that_cannot_open_its_gpu_is_replaced_before_the_call(runner):
     assert call(runner, "add", 1, 2).value == 3
 
 
-def test_the_runners_are_three():
+def test_the_runners_are_three_per_gpu():
     from fixtures.cuda_layer.isolation import runner as named
     assert named("batches") is named() and named("alone") is not named()
     assert named("streams") not in (named(), named("alone"))
+    assert named("batches", 1) is named(device=1) and named("batches", 1) is not named("batches", 0)
+    assert named("alone", 2) not in (named("alone", 1), named("batches", 2))
     with pytest.raises(ValueError, match="one of"):
         named("spare")
 

@@ -1,37 +1,79 @@
-"""GPU placement of xdist workers and the -n auto rule."""
+"""Which GPUs a run uses, the -n auto rule, and the pairs of the two-GPU cases."""
 import pytest
 
 from fixtures.cuda_layer import cuda_env, placement as gpu
 
 
 def state(n, cc=(9, 0)):
-    devs = tuple(cuda_env.DeviceInfo(i, "NVIDIA H200", cc) for i in range(n))
+    devs = tuple(cuda_env.DeviceInfo(i, "NVIDIA H200", cc, f"GPU-{i:08x}-0000-0000-0000-000000000000",
+                                     f"0000:{0x18 + i:02X}:00.0") for i in range(n))
     return cuda_env.DriverState(True, "", 13000, devs)
 
 
-@pytest.mark.parametrize("worker,n,want", [("gw0", 1, 0), ("gw5", 1, 0), ("gw3", 2, 1),
-                                           ("gw4", 2, 0), ("gw7", 4, 3)])
-def test_workers_spread_over_gpus(monkeypatch, worker, n, want):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-    assert gpu.home_device(state(n)).ordinal == want
+@pytest.mark.parametrize("text,n,want", [(None, 4, [0, 1, 2, 3]), ("", 2, [0, 1]), ("all", 3, [0, 1, 2]),
+                                         ("2", 4, [2]), ("3,1", 4, [1, 3]), ("1-3", 8, [1, 2, 3]),
+                                         ("0, 4-5", 8, [0, 4, 5])])
+def test_the_run_uses_every_gpu_or_the_ones_named(text, n, want):
+    assert [d.ordinal for d in gpu.parse_selection(text, state(n))] == want
 
 
-def test_no_xdist_is_worker_zero(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    assert gpu.worker_index() == 0
+@pytest.mark.parametrize("text,why", [("4", "GPU 4: CUDA sees 4 GPU"), ("1,1", "GPU 1 is named twice"),
+                                      ("x", "'x' is not a GPU ordinal"), ("3-1", "'3-1' is not"),
+                                      ("-1", "'-1' is not"), ("0,", "'' is not")])
+def test_a_bad_choice_of_gpus_says_what_is_wrong(text, why):
+    with pytest.raises(ValueError, match=why):
+        gpu.parse_selection(text, state(4))
 
 
-def test_only_tma_gpus_are_homes(monkeypatch):
-    devs = (cuda_env.DeviceInfo(0, "old", (8, 0)), cuda_env.DeviceInfo(1, "H200", (9, 0)))
+def test_only_tma_gpus_run_cases_and_they_share_one_compute_capability():
+    devs = (cuda_env.DeviceInfo(0, "old", (8, 0)), cuda_env.DeviceInfo(1, "H200", (9, 0)),
+            cuda_env.DeviceInfo(2, "B200", (10, 0)))
     s = cuda_env.DriverState(True, "", 13000, devs)
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    assert gpu.home_device(s).ordinal == 1
+    assert [d.ordinal for d in gpu.parse_selection("1", s)] == [1]
+    with pytest.raises(ValueError, match=r"GPU 0 \(old, cc 8.0\) has no tensor maps"):
+        gpu.parse_selection("0", s)
+    with pytest.raises(ValueError, match="differ in compute capability .*GPU 1: sm_90; GPU 2: sm_100"):
+        gpu.parse_selection(None, s)
 
 
-@pytest.mark.parametrize("n_gpus,cpus,want", [(0, 2, 2), (0, 64, 4), (1, 16, gpu.WORKERS_PER_GPU),
-                                            (2, 32, 2 * gpu.WORKERS_PER_GPU), (1, 2, 2)])
+def test_the_run_reads_its_gpus_from_the_environment(monkeypatch):
+    monkeypatch.setenv(gpu.SELECT_ENV, "1,3")
+    assert [d.ordinal for d in gpu.run_devices(state(4))] == [1, 3]
+    assert gpu.first_device(state(4)).ordinal == 1
+    monkeypatch.delenv(gpu.SELECT_ENV)
+    assert [d.ordinal for d in gpu.run_devices(state(2))] == [0, 1]
+    assert gpu.run_devices(cuda_env.DriverState(False, "no driver")) == ()
+
+
+def test_a_gpu_is_named_by_ordinal_uuid_and_pci_bus_id():
+    d = state(3).devices[2]
+    assert d.label == "GPU 2 (GPU-00000002-0000-0000-0000-000000000000, 0000:1A:00.0)"
+    assert cuda_env.DeviceInfo(5, "x", (9, 0)).label == "GPU 5"
+
+
+@pytest.mark.parametrize("n_gpus,cpus,want", [(0, 2, 2), (0, 64, 4), (1, 16, gpu.WORKERS),
+                                            (4, 64, gpu.WORKERS), (8, 128, gpu.WORKERS), (1, 2, 2)])
 def test_auto_workers(n_gpus, cpus, want):
+    """-n auto: as many workers on a node of several GPUs as on one (each worker runs its
+    cases on every GPU), bounded by the cores."""
     assert gpu.auto_workers(n_gpus, cpus) == want
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_the_two_gpu_pairs_make_every_gpu_a_producer_and_a_consumer(n):
+    """The ring (smoke, standard): each GPU produces for the next and consumes from the one
+    before; every ordered pair at full."""
+    ring = gpu.pairs(range(n))
+    assert len(ring) == n
+    assert {p for p, _ in ring} == set(range(n)) == {c for _, c in ring}
+    assert all(p != c for p, c in ring)
+    every = gpu.pairs(range(n), every=True)
+    assert len(every) == n * (n - 1) and len(set(every)) == len(every)
+
+
+def test_two_gpus_pair_both_ways_and_fewer_keep_the_pairs_of_gpus_0_and_1():
+    assert gpu.pairs([2, 5]) == [(2, 5), (5, 2)] == gpu.pairs([5, 2], every=True)
+    assert gpu.pairs([]) == gpu.pairs([0]) == [(0, 1), (1, 0)]
 
 
 @pytest.mark.parametrize("cc,arch", [((9, 0), "sm_90a"), ((10, 0), "sm_100a"), ((12, 0), "sm_120a")])

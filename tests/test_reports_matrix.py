@@ -46,11 +46,11 @@ def test_matrix_markdown(tmp_path):
     run = load_run(run_dir(tmp_path / "r", CASES, env(), known=KNOWN))
     md, _ = render(run)
     assert "FAIL: 1 failed, 1 could not build" in md
-    assert "| tma_load | 1 | **1** | 1 | 0 | 0 | 3 |" in md
-    assert "| device_encode | 0 | 0 | 0 | 0 | **1** | 1 |" in md
+    assert "| tma_load | 1 | **1** | 1 | 0 | 0 | 0 | 3 |" in md
+    assert "| device_encode | 0 | 0 | 0 | 0 | **1** | 0 | 1 |" in md
     for header in ("| dtype |", "| swizzle |", "| interleave |", "| fill |", "| rank |", "| scope |"):
         assert header in md
-    assert "| bf16 | 0 | **1** | 0 | 0 | **1** | 2 |" in md      # the load failure and the build failure
+    assert "| bf16 | 0 | **1** | 0 | 0 | **1** | 0 | 2 |" in md      # the load failure and the build failure
     assert "load.swizzle.pattern" in md and "bytes differ at offset 64" in md
     assert "[https://example.invalid/7](https://example.invalid/7)" in md
     assert "driver 13000 > driver_max 12080" in md
@@ -91,7 +91,7 @@ def test_matrix_from_junit_only(tmp_path):
               {"tmac.driver.cuda_driver_version": "13000", "tmac.host": "n9"})
     assert main(["matrix", str(j), "--out", str(tmp_path / "m")]) == 0
     md = (tmp_path / "m" / "matrix.md").read_text()
-    assert "n9" in md and "KI-1" in md and "| f32 | 0 | 0 | 1 | 0 | 0 | 1 |" in md
+    assert "n9" in md and "KI-1" in md and "| f32 | 0 | 0 | 1 | 0 | 0 | 0 | 1 |" in md
 
 
 def test_matrix_unreadable_exits_2(tmp_path, capsys):
@@ -128,16 +128,16 @@ def test_matrix_load_axes(tmp_path):
             tables[lines[0].split(" | ")[0][2:]] = lines[2:]
     for axis in ("mode", "cluster", "mask", "map"):
         assert axis in tables, axis
-    # columns: passed, failed, known issue, skipped, could not build, total
-    assert tables["mode"] == ["| tile | 3 | **1** | 0 | 1 | 0 | 5 |", "| im2col | 2 | 0 | 0 | 0 | 0 | 2 |",
-                              "| im2col-w128 | 1 | 0 | 0 | 0 | 0 | 1 |", "| - | 1 | 0 | 0 | 0 | 0 | 1 |"]
-    assert tables["cluster"] == ["| 2 | 1 | 0 | 0 | 0 | 0 | 1 |", "| 4 | 1 | **1** | 0 | 0 | 0 | 2 |",
-                                 "| 16 | 0 | 0 | 0 | 1 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 5 |"]
-    assert tables["mask"] == ["| all | 0 | **1** | 0 | 1 | 0 | 2 |", "| one | 1 | 0 | 0 | 0 | 0 | 1 |",
-                              "| sparse | 1 | 0 | 0 | 0 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 5 |"]
-    assert tables["map"] == ["| host | 4 | **1** | 0 | 0 | 0 | 5 |", "| dev-template | 1 | 0 | 0 | 0 | 0 | 1 |",
-                             "| dev-zeros | 0 | 0 | 0 | 1 | 0 | 1 |", "| dev-copy | 1 | 0 | 0 | 0 | 0 | 1 |",
-                             "| - | 1 | 0 | 0 | 0 | 0 | 1 |"]
+    # columns: passed, failed, known issue, skipped, could not build, harness error, total
+    assert tables["mode"] == ["| tile | 3 | **1** | 0 | 1 | 0 | 0 | 5 |", "| im2col | 2 | 0 | 0 | 0 | 0 | 0 | 2 |",
+                              "| im2col-w128 | 1 | 0 | 0 | 0 | 0 | 0 | 1 |", "| - | 1 | 0 | 0 | 0 | 0 | 0 | 1 |"]
+    assert tables["cluster"] == ["| 2 | 1 | 0 | 0 | 0 | 0 | 0 | 1 |", "| 4 | 1 | **1** | 0 | 0 | 0 | 0 | 2 |",
+                                 "| 16 | 0 | 0 | 0 | 1 | 0 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 0 | 5 |"]
+    assert tables["mask"] == ["| all | 0 | **1** | 0 | 1 | 0 | 0 | 2 |", "| one | 1 | 0 | 0 | 0 | 0 | 0 | 1 |",
+                              "| sparse | 1 | 0 | 0 | 0 | 0 | 0 | 1 |", "| - | 5 | 0 | 0 | 0 | 0 | 0 | 5 |"]
+    assert tables["map"] == ["| host | 4 | **1** | 0 | 0 | 0 | 0 | 5 |", "| dev-template | 1 | 0 | 0 | 0 | 0 | 0 | 1 |",
+                             "| dev-zeros | 0 | 0 | 0 | 1 | 0 | 0 | 1 |", "| dev-copy | 1 | 0 | 0 | 0 | 0 | 0 | 1 |",
+                             "| - | 1 | 0 | 0 | 0 | 0 | 0 | 1 |"]
     assert "Mask: all = every CTA of the cluster" in md
     assert "<th>cluster</th>" in html and "<th>mask</th>" in html
 

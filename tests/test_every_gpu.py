@@ -1,0 +1,295 @@
+"""Every GPU of a node runs every case (fixtures/plugins/every_gpu.py), shown on this CPU
+machine with fake GPUs: a real pytest run on a small generated tree, with a tiny plugin
+(``-p fakegpus``) that makes the pytest processes see N H100s whose contexts open (and
+whose isolated children are never started). Each case runs on every GPU, in that GPU's
+own thread, with its fixtures built there; a fault on one GPU fails that GPU alone and the
+run's verdict, messages, results.json, JUnit, matrix and Prometheus file name it. The
+two-GPU cases of the fence suite cover every GPU of a 4- and an 8-GPU node."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from fixtures.cuda_layer import cuda_env
+from reports import model
+
+from nested_run import REPO, make_tree, pytest_run, results
+
+CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
+                              reason="this machine has a GPU: the fake GPUs would stand beside it")
+
+# Loaded in the controller and every worker (xdist passes -p on): N H100s (FAKE_GPUS) with
+# UUIDs and PCI bus ids; opening one costs nothing, its isolated child never starts.
+FAKE_GPUS = '''
+import os
+from fixtures.cuda_layer import cuda_env, isolation, placement
+import fixtures.plugins.harness as harness
+
+N = int(os.environ.get("FAKE_GPUS", "4"))
+STATE = cuda_env.DriverState(True, "", 13000, tuple(
+    cuda_env.DeviceInfo(i, "NVIDIA H100", (9, 0), f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}",
+                        f"0000:{0x18 + i:02X}:00.0") for i in range(N)))
+cuda_env.probe = lambda: STATE
+harness.PRECOMPILE = ()                  # no kernel builds on this CPU machine
+
+
+def fake_open(cls, info, arch=None):
+    return cls(info.ordinal, info.name, info.cc, arch or "sm_90a", uuid=info.uuid,
+               pci_bus_id=info.pci_bus_id)
+
+
+placement.Gpu.open = classmethod(fake_open)
+placement.Gpu.activate = lambda self: self
+placement.open_ahead = lambda ordinal: None
+isolation.IsolatedRunner.prestart = lambda self, device=None: None
+'''
+
+# BROKEN: the GPU whose loads of cases 0 and 1 differ from the model. Each GPU's session
+# fixture records the thread that built it and how often.
+TREE = '''
+    import os, threading, pytest
+    from fixtures.cuda_layer import placement
+    from fixtures.cuda_layer.faults import harness_step
+    import fixtures.tma_load   # registers the rule tma-load.model
+    from fixtures.tensormap.registry import fail
+
+    BROKEN = int(os.environ.get("FAKE_BROKEN_GPU", "-1"))
+    HARNESS = int(os.environ.get("FAKE_HARNESS_GPU", "-1"))
+    BUILT = []
+
+    @pytest.fixture(scope="session")
+    def on_this_gpu(gpu):
+        BUILT.append(gpu.ordinal)
+        return {"ordinal": gpu.ordinal, "thread": threading.current_thread().name}
+
+    @pytest.mark.rule("tma-load.model")
+    @pytest.mark.parametrize("i", range(6))
+    def test_load(gpu, on_this_gpu, i, request):
+        assert on_this_gpu["ordinal"] == gpu.ordinal and placement.bound_gpu() is gpu
+        assert on_this_gpu["thread"] == threading.current_thread().name
+        assert BUILT.count(gpu.ordinal) == 1          # once per GPU, in its thread
+        request.node.user_properties.append(("ran", gpu.ordinal))
+        if gpu.ordinal == BROKEN and i < 2:
+            fail("tma-load.model", f"case{i}", "3 byte(s) of shared memory differ from the model")
+        if gpu.ordinal == HARNESS and i == 5:
+            with harness_step(f"fill the status words on GPU {gpu.ordinal}"):
+                raise RuntimeError("cudaErrorInvalidValue: invalid argument")
+
+    @pytest.mark.rule("tma-load.model")
+    @pytest.mark.parametrize("i", range(2))
+    def test_skips_on_one_gpu(gpu, i):
+        if gpu.ordinal == 1:
+            pytest.skip("needs sm_100: GPU 1 is sm_90")
+
+    @pytest.mark.rule("tma-load.model")
+    def test_host_side():
+        pass
+'''
+
+
+def _run(tmp_path, *args, gpus: int = 4, env=None, tree: str = TREE, known: str | None = None):
+    root = make_tree(tmp_path / "t", tree, known=known)
+    (root / "fakegpus.py").write_text(FAKE_GPUS)
+    out = tmp_path / "out"
+    e = {"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPUS": str(gpus)}
+    e.update(env or {})
+    cp = pytest_run(root, "-p", "fakegpus", f"--report-dir={out}", *args, env=e, timeout=180)
+    return cp, out
+
+
+def _uuid(k: int) -> str:
+    return f"GPU-{k:08x}-aaaa-bbbb-cccc-{k:012x}"
+
+
+def _label(k: int) -> str:
+    return f"GPU {k} ({_uuid(k)}, 0000:{0x18 + k:02X}:00.0)"
+
+
+@CPU_ONLY
+def test_a_fault_on_one_gpu_fails_that_gpu_alone_and_names_it(tmp_path):
+    cp, out = _run(tmp_path, "-n", "2", "--prom-file", str(tmp_path / "tmac.prom"),
+                   env={"FAKE_BROKEN_GPU": "2"})
+    text = cp.stdout + cp.stderr
+    assert cp.returncode == 1, text[-4000:]
+    meta = results(out)
+    cases = {c["id"]: c for c in meta["cases"]}
+    assert [g["uuid"] for g in meta["gpu"]["run"]] == [_uuid(k) for k in range(4)]
+    # every GPU ran every single-GPU case; the host-side case ran on none
+    per_gpu = model.gpu_counts(model.read_results_json(out / "results.json"))
+    assert {k: sum(v.values()) for k, v in per_gpu.items()} == {0: 8, 1: 8, 2: 8, 3: 8}
+    assert "gpus" not in cases["test_tiny.py::test_host_side"]
+    for i in range(6):
+        c = cases[f"test_tiny.py::test_load[{i}]"]
+        broken = i < 2
+        assert c["gpus"] == {"0": "passed", "1": "passed", "2": "failed" if broken else "passed",
+                             "3": "passed"}, c
+        assert c["state"] == ("failed" if broken else "passed"), c
+        if broken:
+            assert c["rule"] == "tma-load.model"
+            assert c["message"].startswith(f"[rule tma-load.model] [case case{i}] [{_label(2)}] 3 byte(s)"), c
+            assert "(GPUs 0, 1, 3: passed)" in c["message"] and "GPU 0 (" not in c["message"], c
+    want = f"FAIL: {_label(2)} 2 failed; GPUs 0, 1, 3 passed (of 10)"
+    assert meta["verdict"] == want and f"verdict: {want}" in cp.stdout
+    assert f"{_label(2)}: 6 passed, 2 failed\n" in cp.stdout, cp.stdout[-2000:]       # per GPU
+    assert f"{_label(1)}: 6 passed, 2 skipped\n" in cp.stdout, cp.stdout[-2000:]
+    # JUnit: each GPU case names its GPUs; the failing ones each GPU in full
+    junit = ET.parse(out / "junit.xml").getroot()
+    tcs = {tc.get("name"): tc for tc in junit.iter("testcase")}
+    assert tcs["test_load[3]"].findtext("system-out") == "GPUs 0, 1, 2, 3: passed"
+    assert tcs["test_load[0]"].findtext("system-out").splitlines()[2] == f"{_label(2)}: failed"
+    assert tcs["test_host_side"].find("system-out") is None
+    assert model.read_junit(out / "junit.xml").cases["test_tiny.py::test_load[0]"].gpus == \
+        cases["test_tiny.py::test_load[0]"]["gpus"]
+    # each GPU's properties apart
+    props = [(p.get("name"), p.get("value")) for p in tcs["test_load[4]"].iter("property")]
+    assert props == [(f"gpu{k}.ran", str(k)) for k in range(4)], props
+    # the matrix's per-GPU table, and the Prometheus file's per-GPU series
+    md = (out / "matrix.md").read_text()
+    assert f"| **{_label(2)}** | NVIDIA H100 | 6 | **2** | 0 | 0 | 0 | 0 | 8 |" in md, md[:3000]
+    assert f"| {_label(1)} | NVIDIA H100 | 6 | 0 | 0 | 2 | 0 | 0 | 8 |" in md
+    prom = (tmp_path / "tmac.prom").read_text()
+    assert f'tmac_gpu_passed{{gpu="{_uuid(2)}",ordinal="2"}} 0' in prom
+    assert f'tmac_gpu_passed{{gpu="{_uuid(0)}",ordinal="0"}} 1' in prom
+    assert f'tmac_gpu_cases{{gpu="{_uuid(2)}",ordinal="2",state="failed"}} 2' in prom
+
+
+@CPU_ONLY
+def test_a_skip_on_one_gpu_says_where_and_a_healthy_node_passes(tmp_path):
+    cp, out = _run(tmp_path, "-n", "2", "-k", "skips or host")
+    meta = results(out)
+    cases = {c["id"]: c for c in meta["cases"]}
+    c = cases["test_tiny.py::test_skips_on_one_gpu[0]"]
+    assert c["state"] == "skipped" and c["gpus"] == {"0": "passed", "1": "skipped", "2": "passed",
+                                                      "3": "passed"}, c
+    assert c["message"] == "needs sm_100: GPU 1 is sm_90 (GPU 1) (GPUs 0, 2, 3: passed)", c
+    assert c["skip_kind"] == "arch-lacks-feature"
+    cp, out = _run(tmp_path, "-n", "2", "-k", "load or host")
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    assert results(out)["verdict"] == "PASS: 8 passed on each of 4 GPUs (0, 1, 2, 3)"
+
+
+@CPU_ONLY
+def test_a_harness_fault_is_no_broken_rule(tmp_path):
+    """A step of the harness that fails on one GPU (an array filled with another GPU
+    current) ends the case as a harness error on that GPU: no rule is named, the verdict
+    is HARNESS ERROR (exit status 3), not a conformance FAIL."""
+    cp, out = _run(tmp_path, "-n", "0", "-k", "load", env={"FAKE_HARNESS_GPU": "3"})
+    meta = results(out)
+    assert cp.returncode == model.EXIT_HARNESS, (cp.stdout + cp.stderr)[-3000:]
+    c = {x["id"]: x for x in meta["cases"]}["test_tiny.py::test_load[5]"]
+    assert c["state"] == "harness-error" and "rule" not in c, c
+    assert c["gpus"] == {"0": "passed", "1": "passed", "2": "passed", "3": "harness-error"}
+    assert c["message"].startswith(f"harness-error: [case test_load[5]] [{_label(3)}] harness: fill the "
+                                   f"status words on GPU 3 failed: RuntimeError: cudaErrorInvalidValue"), c
+    assert meta["verdict"].startswith(f"HARNESS ERROR: {_label(3)} 1 harness error; GPUs 0, 1, 2 passed: "
+                                      f"the harness itself failed, no documented rule was judged"), meta["verdict"]
+    junit = ET.parse(out / "junit.xml").getroot()
+    tc = next(t for t in junit.iter("testcase") if t.get("name") == "test_load[5]")
+    assert tc.find("failure").get("message").startswith("harness-error: [case test_load[5]]")
+    assert model.read_junit(out / "junit.xml").cases["test_tiny.py::test_load[5]"].state == model.HARNESS
+
+
+KNOWN = '''
+schema = 1
+
+[[issue]]
+id = "FAKE-BYTES"
+pattern = "test_tiny.py::test_load[0]"
+reason = "the loads of case 0 differ"
+evidence = "a fake GPU's measurement"
+rule = "tma-load.model"
+match = "byte\\\\(s\\\\) of shared memory differ"
+'''
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("broken,state", [("all", "known-issue"), ("2", "failed")])
+def test_a_known_issue_holds_only_where_every_gpu_fails_as_described(tmp_path, broken, state):
+    """A known issue that fails as described on every GPU is a known issue on each; one
+    that passes on some GPUs fails there (strict xfail per GPU), naming them."""
+    tree = TREE.replace("if gpu.ordinal == BROKEN and i < 2:",
+                        "if (BROKEN == -2 or gpu.ordinal == BROKEN) and i < 2:")
+    cp, out = _run(tmp_path, "-n", "0", "-k", "load", tree=tree, known=KNOWN,
+                   env={"FAKE_BROKEN_GPU": "-2" if broken == "all" else broken})
+    cases = {x["id"]: x for x in results(out)["cases"]}
+    c = cases["test_tiny.py::test_load[0]"]
+    assert c["state"] == state, c
+    if broken == "all":
+        assert c["gpus"] == {str(k): "known-issue" for k in range(4)}, c
+        assert cases["test_tiny.py::test_load[1]"]["state"] == "failed"      # no entry of its own
+    else:
+        assert c["gpus"] == {"0": "failed", "1": "failed", "2": "known-issue", "3": "failed"}, c
+        assert f"[rule known-issue-no-longer-reproduces] [case case0] [{_label(0)}] passed, although " \
+               f"listed as known issue FAKE-BYTES, which fails as described on GPU 2" in c["message"], c
+        assert "[not known issue FAKE-BYTES" in c["message"] and cp.returncode == 1
+
+
+@CPU_ONLY
+def test_one_gpu_runs_as_before_and_names_its_gpu(tmp_path):
+    cp, out = _run(tmp_path, "-n", "2", "-k", "load", gpus=1, env={"FAKE_BROKEN_GPU": "0"})
+    meta = results(out)
+    c = {x["id"]: x for x in meta["cases"]}["test_tiny.py::test_load[0]"]
+    assert c["gpus"] == {"0": "failed"} and c["message"].startswith(
+        f"[rule tma-load.model] [case case0] [{_label(0)}] 3 byte(s)"), c
+    assert meta["verdict"] == "FAIL: 2 failed, 0 could not build (of 7)"
+    tc = next(t for t in ET.parse(out / "junit.xml").getroot().iter("testcase") if t.get("name") == "test_load[3]")
+    assert tc.findtext("system-out") == f"{_label(0)}: passed"
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("args,env,why", [
+    (["--gpus=4"], {}, "--gpus=4: GPU 4: CUDA sees 4 GPU(s) here"),
+    (["--gpus=1,1"], {}, "--gpus=1,1: GPU 1 is named twice"),
+    ([], {"TMA_GPUS": "x"}, "TMA_GPUS=x: 'x' is not a GPU ordinal"),
+])
+def test_a_bad_choice_of_gpus_is_one_line_before_any_case(tmp_path, args, env, why):
+    cp, out = _run(tmp_path, "-n", "2", *args, env=env)
+    assert cp.returncode == 4, cp.stdout + cp.stderr
+    assert f"ERROR: {why}" in cp.stderr and "Traceback" not in cp.stdout + cp.stderr, cp.stderr
+
+
+@CPU_ONLY
+def test_the_gpus_chosen_are_the_run_s(tmp_path):
+    cp, out = _run(tmp_path, "-n", "2", "--gpus=1,3", "-k", "load")
+    meta = results(out)
+    assert [g["ordinal"] for g in meta["gpu"]["run"]] == [1, 3]
+    assert {x["id"]: x for x in meta["cases"]}["test_tiny.py::test_load[0]"]["gpus"] == \
+        {"1": "passed", "3": "passed"}
+
+
+@CPU_ONLY
+def test_require_gpus_fails_before_any_case_runs(tmp_path):
+    """--require-gpus=8 on a node of 4: the run ends at once, FAIL, no case run, reports
+    written."""
+    cp, out = _run(tmp_path, "-n", "2", "--require-gpus=8")
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    meta = results(out)
+    assert [c["id"] for c in meta["cases"]] == ["node::usable-gpus"]
+    assert meta["verdict"].startswith("FAIL: [rule run.usable-gpus] [case usable-gpus] --require-gpus=8: "
+                                      "4 usable GPU(s)"), meta["verdict"]
+    assert "bringing up nodes" not in cp.stdout        # no worker was started
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("n_gpus", [4, 8])
+@pytest.mark.parametrize("sweep", ["smoke", "standard", "full"])
+def test_the_two_gpu_cases_cover_every_gpu(tmp_path, n_gpus, sweep):
+    """The fence suite's two-GPU cases on a node of 4 and of 8 GPUs: every GPU is a producer
+    and a consumer of a map across GPUs (a ring at smoke and standard, every ordered pair
+    at full), and each id names its pair."""
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "fakegpus.py").write_text(FAKE_GPUS)
+    cp = pytest_run(REPO, "-p", "fakegpus", "--collect-only", "-q", f"--sweep={sweep}",
+                    "suites/test_fence_multi_gpu.py",
+                    env={"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPUS": str(n_gpus)})
+    ids = [line for line in cp.stdout.splitlines() if "::test_two_gpu[" in line]
+    pairs = {tuple(map(int, m.groups())) for i in ids for m in [re.search(r"-gpu(\d+)-to-gpu(\d+)-", i)]}
+    assert {p for p, _ in pairs} == set(range(n_gpus)) == {c for _, c in pairs}, pairs
+    want = n_gpus * (n_gpus - 1) if sweep == "full" else n_gpus
+    assert len(pairs) == want and len(ids) == 6 * want, (len(pairs), len(ids))
+    assert len(set(ids)) == len(ids)
