@@ -7,11 +7,15 @@ OLD and NEW are run folders (``results.json``, else the JUnit in it, plus
 
 A regression is any loss of verdict, in one of ``CLASSES``: ``failed`` (a case now
 failed that was not, or a new failed case), ``could-not-build`` (likewise),
-``known-issue`` (passed -> known issue), ``skipped`` (passed or known issue ->
-skipped), ``vanished`` (in OLD, not in NEW), ``collection-error`` (a suite file
-that no longer collects), ``known-issue-moved`` (a known issue in both, of another
-entry in NEW) and ``known-issue-changed`` (a known-issue entry of both runs whose
-pattern, mode, signature or conditions changed: it may absorb other failures now).
+``harness-error`` (likewise), ``known-issue`` (passed -> known issue), ``skipped``
+(passed or known issue -> skipped), ``vanished`` (in OLD, not in NEW),
+``collection-error`` (a suite file that no longer collects), ``known-issue-moved`` (a
+known issue in both, of another entry in NEW), ``known-issue-changed`` (a known-issue
+entry of both runs whose pattern, mode, signature or conditions changed: it may absorb
+other failures now), and, per GPU (runs whose cases name their GPUs: ``gpus``, compared
+by ordinal), ``failed-on-gpu`` (a case now failed, could not build or met a harness
+error on a GPU where it had not, and is no regression of another class) and
+``gpu-missing`` (a GPU OLD ran its cases on that NEW did not run any on).
 The harness each run ran with (environment.json's ``harness``: package versions,
 the digest of the harness's sources, the constraints file) is compared too
 (``harness_drift``); ``--strict`` makes a different or unknown harness exit 1.
@@ -27,17 +31,19 @@ from collections import Counter
 
 from . import axes
 from .fingerprint import props_of
-from .model import (rule_of_message, CaseResult, FAILED, KNOWN, NOBUILD, PASSED, SKIPPED, STATE_LABELS,
-                    STATES, Run)
+from .model import (rule_of_message, BAD, CaseResult, FAILED, HARNESS, KNOWN, NOBUILD, PASSED, SKIPPED,
+                    STATE_LABELS, STATES, Run, gpu_label, run_gpus)
 from .render import Cell, Document, Section, Table, to_markdown
 
 SCHEMA = "tmac-diff/2"
 COLLECT = "collect"         # CaseResult.phase of a collection error (id: the file's node id)
-CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error",
-           "known-issue-moved", "known-issue-changed")
+CLASSES = ("failed", "could-not-build", "harness-error", "known-issue", "skipped", "vanished",
+           "collection-error", "known-issue-moved", "known-issue-changed", "failed-on-gpu", "gpu-missing")
 CLASS_WHAT = {
     "failed": "now failed and was not (passed, skipped, known issue, could not build), or a new failed case",
     "could-not-build": "now could not build and was not, or a new case that could not build",
+    "harness-error": "now met a harness error and did not (the harness failed: no rule was judged), "
+                     "or a new case that did",
     "known-issue": "passed -> known issue",
     "skipped": "passed or known issue -> skipped: coverage lost",
     "vanished": "in OLD, not in NEW",
@@ -45,8 +51,11 @@ CLASS_WHAT = {
     "known-issue-moved": "a known issue in OLD and NEW, of another known-issue entry in NEW",
     "known-issue-changed": "a known-issue entry of OLD and NEW whose pattern, mode, signature (rule, match) "
                            "or conditions changed: it may absorb other failures now",
+    "failed-on-gpu": "now failed, could not build or met a harness error on a GPU where it had not "
+                     "(compared by ordinal), and no regression of another class",
+    "gpu-missing": "a GPU OLD ran its cases on that NEW ran none on: its coverage lost",
 }
-ENTRY_CLASSES = ("known-issue-changed",)     # their rows are known-issue entries, not cases
+ENTRY_CLASSES = ("known-issue-changed", "gpu-missing")   # their rows are not cases
 # The fields of a known-issue entry (results.json meta known_issues.entries, the file's
 # fields) that decide which cases and failures it absorbs; reason and evidence do not.
 KI_FIELDS = ("pattern", "mode", "rule", "match", "driver_min", "driver_max", "compute_capability", "arch",
@@ -112,8 +121,8 @@ def loss_class(a: CaseResult | None, b: CaseResult) -> str | None:
     old = a.state if a else None
     if a is None and b.state == FAILED and b.phase == COLLECT:
         return "collection-error"
-    if b.state in (FAILED, NOBUILD) and old != b.state:
-        return "failed" if b.state == FAILED else "could-not-build"
+    if b.state in BAD and old != b.state:
+        return {FAILED: "failed", NOBUILD: "could-not-build", HARNESS: "harness-error"}[b.state]
     if old == PASSED and b.state == KNOWN:
         return "known-issue"
     if old in (PASSED, KNOWN) and b.state == SKIPPED:
@@ -144,22 +153,25 @@ def diff_runs(old: Run, new: Run) -> dict:
                 regressions["vanished"].append({"id": a.id, "old": a.state})
             continue
         row = {"id": b.id, "old": a.state if a else None, "new": b.state}
-        if b.state in (FAILED, NOBUILD):
+        if b.state in BAD:
             row.update(rule=b.rule or rule_of_message(b.message), message=_first_line(b.message))
         elif b.state in (SKIPPED, KNOWN):
             row.update(reason=_first_line(b.message))
+        loss = None if a is not None and a.state == b.state else loss_class(a, b)
+        if a is not None and not loss and (a.state != KNOWN or b.state != KNOWN or _ki_id(a) == _ki_id(b)):
+            for g in worse_on_gpus(a, b):
+                regressions["failed-on-gpu"].append(dict(row, gpu=g["gpu"], old=g["old"], new=g["new"]))
         if a is not None and a.state == b.state:
-            if b.state in (FAILED, NOBUILD):
+            if b.state in BAD:
                 still.append(b.id)
             elif b.state == KNOWN and _ki_id(a) != _ki_id(b):
                 regressions["known-issue-moved"].append(dict(row, old_known=_ki_id(a), new_known=_ki_id(b)))
             continue
-        loss = loss_class(a, b)
         if loss:
             regressions[loss].append(row)
         elif a is None:
             continue                            # a new case, listed in new_cases
-        elif b.state == PASSED and a.state in (FAILED, NOBUILD, KNOWN):
+        elif b.state == PASSED and a.state in BAD + (KNOWN,):
             buckets["fixes"].append(row)
         elif a.state == SKIPPED and b.state == PASSED:
             buckets["coverage_gained"].append(row)
@@ -174,6 +186,8 @@ def diff_runs(old: Run, new: Run) -> dict:
     out["new_cases"] = [{"id": n[k].id, "state": n[k].state} for k in sorted(set(n) - set(o))]
     out["known_issues"] = known_issue_changes(old, new)
     regressions["known-issue-changed"] = out["known_issues"].pop("changed", [])
+    out["gpus"] = gpus_compared(old, new)
+    regressions["gpu-missing"] = out["gpus"].pop("missing", [])
     out["by_axis"] = by_axis(out)
     out["harness"] = harness_drift(old, new)
 
@@ -199,6 +213,33 @@ def diff_runs(old: Run, new: Run) -> dict:
                    for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
         out["map_layout"] = {"compared": True, "changed": changed}
     return out
+
+
+def worse_on_gpus(a: CaseResult, b: CaseResult) -> list[dict]:
+    """The GPUs (by ordinal) on which a case of both runs now failed, could not build or
+    met a harness error, where it had not: [{"gpu", "old", "new"}]. Only GPUs both runs
+    name for the case."""
+    out = []
+    ga, gb = a.gpus or {}, b.gpus or {}
+    for k in sorted(set(ga) & set(gb), key=lambda k: int(k) if str(k).isdigit() else 0):
+        if gb[k] in BAD and gb[k] != ga[k] and not (ga[k] in BAD and gb[k] == HARNESS):
+            out.append({"gpu": str(k), "old": ga[k], "new": gb[k]})
+    return out
+
+
+def gpus_compared(old: Run, new: Run) -> dict:
+    """The GPUs of each run (results.json's ``gpu.run``): ``old`` and ``new`` (labels), the
+    ``missing`` ones (a GPU of OLD, by ordinal, that NEW ran no case on: the class
+    gpu-missing, one row each) and ``replaced`` (an ordinal whose UUID changed)."""
+    go, gn = run_gpus(old), run_gpus(new)
+    bo = {str(g["ordinal"]): g for g in go}
+    bn = {str(g["ordinal"]): g for g in gn}
+    missing = [{"id": gpu_label(bo[k]), "gpu": k} for k in sorted(set(bo) - set(bn), key=int)]
+    replaced = [{"gpu": k, "old": bo[k].get("uuid"), "new": bn[k].get("uuid")}
+                for k in sorted(set(bo) & set(bn), key=int)
+                if bo[k].get("uuid") and bn[k].get("uuid") and bo[k]["uuid"] != bn[k]["uuid"]]
+    return {"old": [gpu_label(g) for g in go], "new": [gpu_label(g) for g in gn], "missing": missing,
+            "replaced": replaced}
 
 
 def _ki_id(c: CaseResult) -> str:
@@ -371,7 +412,9 @@ def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
                 "known-issue": ["id", "old", "new", "reason"],
                 "skipped": ["id", "old", "new", "reason"],
                 "known-issue-moved": ["id", "old_known", "new_known", "reason"],
-                "known-issue-changed": ["id", "change"]}.get(c, ["id", "old", "new", "rule", "message"])
+                "known-issue-changed": ["id", "change"],
+                "failed-on-gpu": ["id", "gpu", "old", "new", "rule", "message"],
+                "gpu-missing": ["id"]}.get(c, ["id", "old", "new", "rule", "message"])
         sec = Section(f"Regressions, {c}: {len(regs[c])}", level=3)
         sec.paragraphs.append(CLASS_WHAT[c][:1].upper() + CLASS_WHAT[c][1:] + "."
                               + (f" Accepted (--accept {c}): listed, but does not set exit status 1."
@@ -408,6 +451,7 @@ def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
     if d["still_failing"]:
         doc.sections.append(Section(f"Still failing: {len(d['still_failing'])}", level=3))
     doc.sections.append(_known_entries_section(d))
+    doc.sections.append(_gpus_section(d))
     doc.sections.append(_harness_section(d, strict))
     sec = Section(f"Environment changes: {len(d['environment'])}", level=3)
     if not d["environment_compared"]:
@@ -442,6 +486,20 @@ def _known_entries_section(d: dict) -> Section:
                           + (f" ({', '.join(map(str, ki['added']))})" if ki["added"] else "")
                           + f", {len(ki['removed'])} removed"
                           + (f" ({', '.join(map(str, ki['removed']))})" if ki["removed"] else "") + ".")
+    return sec
+
+
+def _gpus_section(d: dict) -> Section:
+    g = d.get("gpus") or {}
+    sec = Section("GPUs", level=3)
+    old, new = g.get("old") or [], g.get("new") or []
+    if old == new:
+        sec.paragraphs.append("The same GPUs: " + (", ".join(new) or "none named") + ".")
+    else:
+        sec.paragraphs.append("OLD ran its cases on " + (", ".join(old) or "none named") + "; NEW on "
+                              + (", ".join(new) or "none named") + ".")
+    for r in g.get("replaced") or []:
+        sec.paragraphs.append(f"GPU {r['gpu']} is another GPU in NEW: {r['old']} -> {r['new']}.")
     return sec
 
 

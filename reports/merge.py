@@ -13,7 +13,13 @@ A node is **flagged** (it differs from the fleet) when
 - its settings differ from the majority's: sweep, ``--arch``, the options that select
   cases (``-k``, ``-m``, ``--deselect``, ...), the known-issues file (sha256);
 - a case it ran is in another state than most of the nodes that ran it;
-- a version differs from the majority's.
+- a version differs from the majority's;
+- its GPUs differ: it ran its cases on another number of GPUs than most nodes
+  (``settings``: ``gpus``), or its own GPUs ran different numbers of cases (``uneven
+  GPUs``: each GPU of a run runs every case).
+
+Each node lists its GPUs (ordinal, UUID, PCI bus id) with the states of the cases each
+ran; a node whose verdict is FAIL names the GPUs that failed.
 
 A node **does not pass** when its verdict is not PASS (``node_verdict``: the verdict the
 run recorded when it is not PASS, e.g. a kind this tool does not know such as GPU LOST,
@@ -32,7 +38,7 @@ from pathlib import Path
 from collections import Counter, defaultdict
 
 from .fingerprint import gpu_lines, props_of
-from .model import FAILED, NOBUILD, STATES, Run, run_verdict
+from .model import FAILED, HARNESS, NOBUILD, STATES, Run, gpu_counts, gpu_label, run_gpus, run_verdict
 from .render import Cell, Document, Section, Table, to_html, to_markdown
 
 SCHEMA = "tmac-fleet/1"
@@ -43,7 +49,8 @@ VERSION_KEYS = [
     ("CCCL", "tmac.cccl.version"),
     ("runtime", "tmac.cuda_runtime.version"),
 ]
-SHORT = {"passed": "P", "failed": "F", "known-issue": "K", "skipped": "S", "could-not-build": "B"}
+SHORT = {"passed": "P", "failed": "F", "known-issue": "K", "skipped": "S", "could-not-build": "B",
+         "harness-error": "H"}
 EXAMPLES = 10          # example case ids per node in fleet.json (missing, extra)
 # The pytest options that change which cases run (compared between nodes); the others
 # (-n, --report-dir, --junitxml, --prom-file, -q, ...) are per node or change nothing.
@@ -51,7 +58,7 @@ SELECT_OPTS = {"-k": True, "-m": True, "--deselect": True, "--ignore": True, "--
                "--maxfail": True, "--require-gpus": True, "-x": False, "--exitfirst": False,
                "--lf": False, "--last-failed": False, "--ff": False, "--failed-first": False,
                "--sw": False, "--stepwise": False}
-SETTING_LABELS = ("sweep", "arch", "options", "known issues")
+SETTING_LABELS = ("sweep", "arch", "options", "known issues", "gpus")
 
 
 def _short(v: str, n: int = 48) -> str:
@@ -146,8 +153,25 @@ def settings_of(r: Run, props: dict) -> dict[str, str]:
     else:
         opts = "?"
     arch = props.get("tmac.arch_option", "-")
+    ran = run_gpus(r)
     return {"sweep": props.get("tmac.sweep", "-"), "arch": "-" if arch in ("None", "") else arch,
-            "options": opts or "-", "known issues": props.get("tmac.known_issues.sha256", "-")[:12]}
+            "options": opts or "-", "known issues": props.get("tmac.known_issues.sha256", "-")[:12],
+            "gpus": str(len(ran)) if ran else "-"}
+
+
+def gpus_of(r: Run) -> list[dict]:
+    """The GPUs a node ran its cases on, each with the states of its cases there."""
+    counts = gpu_counts(r)
+    return [{"gpu": gpu_label(g), "ordinal": g["ordinal"], "uuid": g.get("uuid"),
+             "counts": {s: n for s, n in counts.get(int(g["ordinal"]), {}).items() if n},
+             "cases": sum(counts.get(int(g["ordinal"]), {}).values())} for g in run_gpus(r)]
+
+
+def uneven(gpus: list[dict]) -> str:
+    """"" when every GPU of a node ran as many cases, else which ran how many."""
+    if len({g["cases"] for g in gpus}) <= 1:
+        return ""
+    return ", ".join(f"GPU {g['ordinal']} ran {g['cases']}" for g in gpus)
 
 
 def node_verdict(r: Run) -> dict:
@@ -222,6 +246,7 @@ def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
                  if many and versions[label][i] != version_majority[label]}
         sdiff = {k: settings[i][k] for k in SETTING_LABELS if many and settings[i][k] != settings_majority[k]}
         v = node_verdict(r)
+        gpus = gpus_of(r)
         nodes.append({
             "node": names[i], "source": r.source, "run_id": run_id_of(r),
             "versions": {label: versions[label][i] for label in versions},
@@ -236,7 +261,9 @@ def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
             "differs_from_majority": differs,
             "versions_differ": vdiff,
             "settings_differ": sdiff,
-            "flagged": bool(many and (differs or vdiff or sdiff or missing or extra)),
+            "gpus": gpus,
+            "uneven_gpus": uneven(gpus),
+            "flagged": bool(many and (differs or vdiff or sdiff or missing or extra)) or bool(uneven(gpus)),
             "failing": not v["passed"],
         })
     return {"schema": SCHEMA, "nodes": nodes, "suites": suites, "version_majority": version_majority,
@@ -257,7 +284,7 @@ def exit_status(m: dict) -> int:
 def _suite_cell(c: dict) -> Cell:
     text = " ".join(f"{c.get(s, 0)}{SHORT[s]}" for s in STATES if c.get(s, 0)) or "-"
     cls = "st-could-not-build" if c.get(NOBUILD) else "st-failed" if c.get(FAILED) else \
-        "st-passed" if c.get("passed") else "st-skipped" if c else ""
+        "st-harness-error" if c.get(HARNESS) else "st-passed" if c.get("passed") else "st-skipped" if c else ""
     return Cell(text, cls)
 
 
@@ -274,6 +301,8 @@ def _why_flagged(n: dict) -> list[tuple[str, str]]:
         parts.append(("case states", f"{len(n['differs_from_majority'])} case state(s)"))
     if n["versions_differ"]:
         parts.append(("versions", "versions: " + ", ".join(n["versions_differ"])))
+    if n.get("uneven_gpus"):
+        parts.append(("uneven GPUs", f"its GPUs ran different numbers of cases ({n['uneven_gpus']})"))
     return parts
 
 
@@ -340,6 +369,14 @@ def to_doc(m: dict) -> Document:
     if failing:
         doc.sections.append(Section(f"Nodes that do not pass: {len(failing)}", level=3, tables=[
             Table(["node", "verdict"], [[Cell(n["node"], "mono"), n["verdict"]["text"]] for n in failing])]))
+    gpu_rows = [[Cell(n["node"], "mono"), Cell(g["gpu"], "mono"), g["cases"],
+                 Cell(_counts_text(g["counts"]), "flag" if any(g["counts"].get(s) for s in (FAILED, NOBUILD, HARNESS))
+                      or n.get("uneven_gpus") else "")]
+                for n in m["nodes"] for g in n.get("gpus") or []]
+    if gpu_rows:
+        doc.sections.append(Section("GPUs", level=3, tables=[Table(["node", "GPU", "cases", "states"], gpu_rows)],
+                                    paragraphs=["Each GPU of a node ran every case of its run: the states of "
+                                                "the cases on each GPU."]))
     for n in flagged:
         if n["missing_cases"] or n["extra_cases"] or n["settings_differ"]:
             sec = Section(f"{n['node']}: coverage and settings", level=3)

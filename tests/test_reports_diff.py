@@ -67,7 +67,13 @@ def test_fixes_new_vanished_and_skips(tmp_path, capsys):
 
 
 NEWFILE = "suites/test_new.py"
-CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "collection-error")
+CLASSES = ("failed", "could-not-build", "harness-error", "known-issue", "skipped", "vanished", "collection-error",
+           "failed-on-gpu", "gpu-missing")
+
+
+def on(state, **gpus):
+    """A case in ``state`` whose state on GPU N is ``gpus["gN"]``."""
+    return {"state": state, "gpus": {k[1:]: v for k, v in gpus.items()}}
 
 
 @pytest.mark.parametrize("cls,old,new", [
@@ -84,6 +90,14 @@ CLASSES = ("failed", "could-not-build", "known-issue", "skipped", "vanished", "c
     ("skipped", {A: "known-issue"}, {A: "skipped"}),
     ("vanished", {A: "passed", B: "failed"}, {A: "passed"}),                    # whatever its old state
     ("collection-error", {A: "passed"}, {A: "passed", NEWFILE: collection_error()}),
+    ("harness-error", {A: "passed"}, {A: "harness-error"}),
+    ("harness-error", {A: "passed"}, {A: "passed", B: "harness-error"}),
+    # per GPU: failed on GPU 2 before, on GPUs 2 and 3 now (the case failed in both)
+    ("failed-on-gpu", {A: on("failed", g0="passed", g2="failed", g3="passed")},
+     {A: on("failed", g0="passed", g2="failed", g3="failed")}),
+    ("failed-on-gpu", {A: on("harness-error", g0="passed", g1="harness-error")},
+     {A: on("harness-error", g0="harness-error", g1="harness-error")}),
+    ("gpu-missing", {A: on("passed", g0="passed", g1="passed")}, {A: on("passed", g0="passed")}),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_each_regression_class_alone_exits_1_unless_accepted(tmp_path, capsys, cls, old, new):
     o, n = run_dir(tmp_path / "old", old), run_dir(tmp_path / "new", new)
@@ -352,3 +366,25 @@ def test_harness_drift_and_strict(tmp_path, capsys):
     d = json.loads(out)
     assert status == 1 and d["exit_status"] == 1 and d["strict"]
     assert d["verdict"] == "No regressions; harness unknown: no harness section in the environment of NEW (--strict)"
+
+
+def test_per_gpu_regressions_name_the_gpu_and_count_no_case_twice(tmp_path, capsys):
+    """A case that got worse overall is a regression of its class once, not per GPU too;
+    a GPU replaced under an ordinal is named."""
+    run_gpus = lambda uuid1: {"usable": 2, "reason": "", "run": [
+        {"ordinal": 0, "uuid": "GPU-a", "pci_bus_id": "0000:18:00.0"},
+        {"ordinal": 1, "uuid": uuid1, "pci_bus_id": "0000:19:00.0"}]}
+    from reports_helpers import set_meta
+    old = set_meta(run_dir(tmp_path / "old", {A: on("passed", g0="passed", g1="passed"),
+                                              B: on("failed", g0="failed", g1="passed")}), gpu=run_gpus("GPU-b"))
+    new = set_meta(run_dir(tmp_path / "new", {A: on("failed", g0="passed", g1="failed"),
+                                              B: on("failed", g0="failed", g1="failed")}), gpu=run_gpus("GPU-c"))
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert status == 1 and [r["id"] for r in d["regressions"]["failed"]] == [A]
+    assert [(r["id"], r["gpu"], r["old"], r["new"]) for r in d["regressions"]["failed-on-gpu"]] == \
+        [(B, "1", "passed", "failed")]
+    assert d["gpus"]["replaced"] == [{"gpu": "1", "old": "GPU-b", "new": "GPU-c"}]
+    status, md, _ = run_diff(capsys, old, new)
+    assert "GPU 1 is another GPU in NEW: GPU-b -> GPU-c." in md
+    assert "### Regressions, failed-on-gpu: 1" in md

@@ -244,3 +244,39 @@ def test_the_fleet_summary_per_node(tmp_path, capsys):
     node = by_node(run_merge(capsys, n1, n2, "--format", "json")[1])["n1"]
     assert node["duration_s"] == 321.4 and node["counts"]["passed"] == 2 and node["cases"] == 3
     assert node["versions"]["driver"] == "580.95.05" and node["versions"]["GPU"] == "1 x NVIDIA H100"
+
+
+def _gpus(*counts):
+    """results.json's gpu.run of a node of len(counts) GPUs."""
+    return {"usable": len(counts), "reason": "", "run": [
+        {"ordinal": k, "uuid": f"GPU-{k}", "pci_bus_id": f"0000:{k:02}:00.0"} for k in range(len(counts))]}
+
+
+def test_each_gpu_of_each_node_is_listed_and_uneven_or_fewer_gpus_flag_the_node(tmp_path, capsys):
+    """Every GPU of a node runs every case: a node whose GPUs ran different numbers of
+    cases, or that ran on fewer GPUs than the others, is flagged; a failing GPU is named in
+    its node's verdict."""
+    def cases(n, fail_on=None, short=None):
+        out = {}
+        for cid in (A, B):
+            g = {str(k): "passed" for k in range(n) if not (short is not None and k == short and cid == B)}
+            if fail_on is not None and cid == A:
+                g[str(fail_on)] = "failed"
+            out[cid] = {"state": "failed" if fail_on is not None and cid == A else "passed", "gpus": g}
+        return out
+    nodes = []
+    for host, kw in (("n1", {}), ("n2", {}), ("n3", {"fail_on": 2}), ("n4", {"short": 1}), ("n5", {})):
+        nodes.append(set_meta(run_dir(tmp_path / host, cases(4, **kw), env(host=host)), gpu=_gpus(*range(4))))
+    n6 = set_meta(run_dir(tmp_path / "n6", cases(2), env(host="n6")), gpu=_gpus(0, 1))
+    status = main(["merge", *map(str, nodes + [n6]), "--out", str(tmp_path / "fleet"), "--format", "json"])
+    m = json.loads(capsys.readouterr().out)
+    by = {n["node"]: n for n in m["nodes"]}
+    assert status == 1
+    assert [g["gpu"] for g in by["n1"]["gpus"]] == [f"GPU {k} (GPU-{k}, 0000:{k:02}:00.0)" for k in range(4)]
+    assert by["n3"]["failing"] and "GPU 2 (GPU-2, 0000:02:00.0) 1 failed; GPUs 0, 1, 3 passed" in \
+        by["n3"]["verdict"]["text"]
+    assert by["n4"]["uneven_gpus"] == "GPU 0 ran 2, GPU 1 ran 1, GPU 2 ran 2, GPU 3 ran 2" and by["n4"]["flagged"]
+    assert by["n6"]["settings_differ"] == {"gpus": "2"} and by["n6"]["flagged"]
+    assert not by["n1"]["flagged"] and not by["n5"]["flagged"]
+    md = (tmp_path / "fleet" / "fleet.md").read_text()
+    assert "uneven GPUs" in md and "| n3 | GPU 2 (GPU-2, 0000:02:00.0) | 2 | **1P 1F** |" in md
