@@ -488,7 +488,7 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
 # The GPUs of a JUnit <testcase>, in its <system-out> (fixtures/plugins/controller.py writes
 # them): "GPU 0 (GPU-..., 0000:18:00.0): passed" for a run on one GPU; "GPUs 0, 1, 2, 3:
 # passed" when the case had one state on all of the run's GPUs (their UUIDs and PCI bus ids
-# are the testsuite's properties tmac.gpus[N].*); else a line per GPU, each named in full.
+# are the testsuite's properties tmac.gpu.N.uuid, .pci_bus_id); else a line per GPU, each named in full.
 _GPU_LINE = re.compile(r"^GPUs? ([\d, ]+?)(?: \([^)]*\))?: (\S+)$")
 
 
