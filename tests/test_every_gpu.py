@@ -38,8 +38,14 @@ harness.PRECOMPILE = ()                  # no kernel builds on this CPU machine
 
 
 def fake_open(cls, info, arch=None):
+    if str(info.ordinal) == os.environ.get("FAKE_GPU_OPEN_FAILS"):
+        raise RuntimeError(f"cuDevicePrimaryCtxRetain({info.ordinal}): CUDA_ERROR_OUT_OF_MEMORY")
     return cls(info.ordinal, info.name, info.cc, arch or "sm_90a", uuid=info.uuid,
                pci_bus_id=info.pci_bus_id)
+
+
+# a fresh process sees the GPU that would not open: not lost, the harness could not use it
+isolation.check_gpu = lambda device, timeout=60.0: isolation.Outcome("returned")
 
 
 placement.Gpu.open = classmethod(fake_open)
@@ -191,6 +197,25 @@ def test_a_harness_fault_is_no_broken_rule(tmp_path):
     tc = next(t for t in junit.iter("testcase") if t.get("name") == "test_load[5]")
     assert tc.find("failure").get("message").startswith("harness-error: [case test_load[5]]")
     assert model.read_junit(out / "junit.xml").cases["test_tiny.py::test_load[5]"].state == model.HARNESS
+
+
+@CPU_ONLY
+def test_a_gpu_that_cannot_be_opened_is_a_harness_error_on_it_alone(tmp_path):
+    """GPU 2's context cannot be created while a fresh process still sees it: each case on
+    GPU 2 is a harness error there (the same one, said once per case), the other GPUs pass."""
+    cp, out = _run(tmp_path, "-n", "2", "-k", "load or skips", env={"FAKE_GPU_OPEN_FAILS": "2"})
+    meta = results(out)
+    assert cp.returncode == model.EXIT_HARNESS, (cp.stdout + cp.stderr)[-3000:]
+    cases = {c["id"]: c for c in meta["cases"] if c["id"].startswith("test_tiny")}
+    assert len(cases) == 8
+    for c in cases.values():
+        assert c["state"] == "harness-error" and c["gpus"]["2"] == "harness-error", c
+        assert {k: v for k, v in c["gpus"].items() if k != "2"} in (
+            {"0": "passed", "1": "passed", "3": "passed"}, {"0": "passed", "1": "skipped", "3": "passed"}), c
+        assert c["message"].count("harness: open GPU 2 (") == 1, c
+        assert "failed: RuntimeError: cuDevicePrimaryCtxRetain(2): CUDA_ERROR_OUT_OF_MEMORY" in c["message"], c
+    assert meta["verdict"].startswith(f"HARNESS ERROR: {_label(2)} 8 harness error; GPUs 0, 1, 3 passed"), \
+        meta["verdict"]
 
 
 KNOWN = '''
