@@ -351,3 +351,32 @@ def test_swizzled_narrow_rows_start_on_span_boundaries():
     for row, at in enumerate((0, 64, 144, 208, 256 + 32, 256 + 96, 384 + 48, 384 + 112)):
         assert list(img[at:at + 16]) == list(host[row]), row
     assert (img[16:64] == POISON).all()
+
+
+def test_documented_semantics_hold_in_their_own_thread_only():
+    """A case runs on each GPU in a thread of its own: one thread's block of the letter of
+    seed 004 (test_box_per_seed_004) must not change the box another thread's model
+    computes at the same time (it did: interleaved stores and reductions failed on both
+    GPUs of a two-GPU node)."""
+    import threading
+    tiled = tma_model
+    p = TiledLoad(DataType.INT32, 4, (8, 5, 8, 2), (64, 320, 2560), (4, 3, 3, 1), (1, 1, 1, 1),
+                  Interleave.B16, Swizzle.B32, OobFill.NONE, (0, 0, 0, 0))
+    measured = tiled.box_counts(p)
+    inside, other = threading.Event(), threading.Event()
+
+    def documented():
+        with tiled.documented_semantics():
+            inside.set()
+            other.wait(30)
+    t = threading.Thread(target=documented)
+    t.start()
+    inside.wait(30)
+    try:
+        assert tiled.box_counts(p) == measured == (4, 3, 1, 1)
+    finally:
+        other.set()
+        t.join(30)
+    with tiled.documented_semantics():
+        assert tiled.box_counts(p) == (4, 3, 3, 1)
+    assert tiled.box_counts(p) == measured
