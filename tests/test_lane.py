@@ -251,3 +251,23 @@ def test_a_call_of_its_own_is_keyed_as_the_case_makes_it(joined):
     begin(joined, [mine])
     out = lane.call_alone(tl.LARGE_DIM_TARGET, *tl.large_dim_args(params, gpu, "/c"), device=None)
     assert out.value == 3                   # the lane's outcome, not a call of the target here
+
+
+def test_each_gpu_has_its_lane_and_a_case_takes_its_gpus_outcome(tmp_path):
+    """A run on several GPUs has a lane per GPU, each running every job on its GPU: the
+    call of a case on GPU 1 takes GPU 1's lane's outcome, on GPU 0 GPU 0's, on a GPU
+    without a lane none (its own call)."""
+    from fixtures.cuda_layer.isolation import Outcome
+    j = job("add", 1, 1)
+    try:
+        for k in (0, 1):
+            path = tmp_path / f"gpu{k}"
+            lane.join(path, [j], k)
+            (path / lane.OUT).mkdir(parents=True, exist_ok=True)
+            (path / lane.OUT / f"{j.key}.pkl").write_bytes(pickle.dumps(
+                {"outcome": Outcome("returned", value=f"on GPU {k}"), "start": 1.0 + k, "stop": 2.0 + k}))
+        assert lane.take(j.key, 1).value == "on GPU 1" and lane.take(j.key, 0).value == "on GPU 0"
+        assert lane.take(j.key, 2) is None
+        assert lane.TAKEN == [(2.0, 3.0), (1.0, 2.0)]
+    finally:
+        lane.leave()
