@@ -318,3 +318,30 @@ def test_the_two_gpu_cases_cover_every_gpu(tmp_path, n_gpus, sweep):
     want = n_gpus * (n_gpus - 1) if sweep == "full" else n_gpus
     assert len(pairs) == want and len(ids) == 6 * want, (len(pairs), len(ids))
     assert len(set(ids)) == len(ids)
+
+
+def test_cuda_core_is_loaded_once_whole_whatever_the_threads_asking(monkeypatch):
+    """Each GPU's thread asks for cuda.core's API at once: it is loaded by one of them
+    while the others wait, and kept (a thread that imported it during another's import
+    could see it half made: an H100 node skipped a GPU's cuda.core cases)."""
+    import threading
+    import time
+    from fixtures.cuda_layer import cuda_core
+    inside, most, calls = [0], [0], []
+
+    def slow_load():
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        calls.append(1)
+        inside[0] -= 1
+        return ("cuda.core", "StridedMemoryView")
+    monkeypatch.setattr(cuda_core, "_api", None)
+    monkeypatch.setattr(cuda_core, "_load_api", slow_load)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cuda_core.cuda_core_api())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert got == [("cuda.core", "StridedMemoryView")] * 4 and calls == [1] and most[0] == 1
