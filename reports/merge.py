@@ -38,7 +38,8 @@ from pathlib import Path
 from collections import Counter, defaultdict
 
 from .fingerprint import gpu_lines, props_of
-from .model import FAILED, HARNESS, NOBUILD, STATES, Run, gpu_counts, gpu_label, run_gpus, run_verdict
+from .model import (FAILED, HARNESS, NOBUILD, STATES, Run, gpu_counts, gpu_label, run_gpus, run_verdict,
+                    skipped_apart)
 from .render import Cell, Document, Section, Table, to_html, to_markdown
 
 SCHEMA = "tmac-fleet/1"
@@ -167,11 +168,15 @@ def gpus_of(r: Run) -> list[dict]:
              "cases": sum(counts.get(int(g["ordinal"]), {}).values())} for g in run_gpus(r)]
 
 
-def uneven(gpus: list[dict]) -> str:
-    """"" when every GPU of a node ran as many cases, else which ran how many."""
-    if len({g["cases"] for g in gpus}) <= 1:
-        return ""
-    return ", ".join(f"GPU {g['ordinal']} ran {g['cases']}" for g in gpus)
+def uneven(gpus: list[dict], apart: dict | None = None) -> str:
+    """"" when every GPU of a node ran as many cases, and none skipped a case another ran
+    (``apart``: model.skipped_apart), else which did what."""
+    parts = []
+    if len({g["cases"] for g in gpus}) > 1:
+        parts.append(", ".join(f"GPU {g['ordinal']} ran {g['cases']}" for g in gpus))
+    if apart:
+        parts.append(", ".join(f"GPU {k} skipped {n} another ran" for k, n in sorted(apart.items())))
+    return "; ".join(parts)
 
 
 def node_verdict(r: Run) -> dict:
@@ -247,6 +252,7 @@ def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
         sdiff = {k: settings[i][k] for k in SETTING_LABELS if many and settings[i][k] != settings_majority[k]}
         v = node_verdict(r)
         gpus = gpus_of(r)
+        odd_gpus = uneven(gpus, skipped_apart(r))
         nodes.append({
             "node": names[i], "source": r.source, "run_id": run_id_of(r),
             "versions": {label: versions[label][i] for label in versions},
@@ -262,8 +268,8 @@ def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
             "versions_differ": vdiff,
             "settings_differ": sdiff,
             "gpus": gpus,
-            "uneven_gpus": uneven(gpus),
-            "flagged": bool(many and (differs or vdiff or sdiff or missing or extra)) or bool(uneven(gpus)),
+            "uneven_gpus": odd_gpus,
+            "flagged": bool(many and (differs or vdiff or sdiff or missing or extra)) or bool(odd_gpus),
             "failing": not v["passed"],
         })
     return {"schema": SCHEMA, "nodes": nodes, "suites": suites, "version_majority": version_majority,

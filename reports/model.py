@@ -278,8 +278,25 @@ def run_verdict(run: "Run") -> Verdict:
         return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")
     ran = run_gpus(run)
     on = f" on each of {len(ran)} GPUs ({', '.join(str(g['ordinal']) for g in ran)})" if len(ran) > 1 else ""
+    apart = skipped_apart(run)
+    if apart:
+        on += "; " + "; ".join(f"GPU {k} skipped {n} case(s) another GPU ran" for k, n in sorted(apart.items()))
     return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else "") + on,
                    "ok")
+
+
+def skipped_apart(run: "Run") -> dict[int, int]:
+    """Per GPU, the cases it skipped that another GPU of the run ran: the GPUs of a run share
+    one compute capability, so such a skip says a GPU was checked less (its reason is the
+    case's message)."""
+    out: dict[int, int] = {}
+    for r in run.cases.values():
+        g = r.gpus or {}
+        if SKIPPED in g.values() and any(s != SKIPPED for s in g.values()):
+            for k, s in g.items():
+                if s == SKIPPED and str(k).isdigit():
+                    out[int(k)] = out.get(int(k), 0) + 1
+    return out
 
 
 def run_gpus(run: "Run") -> list[dict]:

@@ -173,6 +173,8 @@ def test_a_skip_on_one_gpu_says_where_and_a_healthy_node_passes(tmp_path):
                                                       "3": "passed"}, c
     assert c["message"] == "needs sm_100: GPU 1 is sm_90 (GPU 1) (GPUs 0, 2, 3: passed)", c
     assert c["skip_kind"] == "arch-lacks-feature"
+    assert results(out)["verdict"] == ("PASS: 2 passed (2 skipped) on each of 4 GPUs (0, 1, 2, 3); GPU 1 "
+                                       "skipped 2 case(s) another GPU ran")
     cp, out = _run(tmp_path, "-n", "2", "-k", "load or host")
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
     assert results(out)["verdict"] == "PASS: 8 passed on each of 4 GPUs (0, 1, 2, 3)"
