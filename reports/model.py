@@ -46,10 +46,6 @@ BAD = (FAILED, NOBUILD, HARNESS)         # the states that keep a run from passi
 _SEVERITY = {NOBUILD: 6, FAILED: 5, HARNESS: 4, KNOWN: 3, SKIPPED: 2, PASSED: 1}
 
 
-def severity(state: str) -> int:
-    return _SEVERITY.get(state, 0)
-
-
 NOBUILD_PREFIX = "could-not-build: "
 HARNESS_PREFIX = "harness-error: "
 KNOWN_PREFIX = "known-issue "
@@ -325,7 +321,8 @@ def gpu_label(g: dict) -> str:
     return f"GPU {g['ordinal']}" + (f" ({who})" if who else "")
 
 
-def _ordinals(ks) -> str:
+def ordinals(ks) -> str:
+    """"GPU 2" or "GPUs 0, 1, 3": how a message names a set of GPUs by ordinal."""
     ks = sorted(ks)
     return ("GPU " if len(ks) == 1 else "GPUs ") + ", ".join(map(str, ks))
 
@@ -352,7 +349,7 @@ def gpu_text(run: "Run") -> str | None:
         parts.append(", ".join(f"{n} {STATE_LABELS[s]}" for s, n in off.items() if n) + " on no GPU "
                      "(host-side, or before the case reached its GPUs)")
     if fine:
-        parts.append(f"{_ordinals(fine)} passed")
+        parts.append(f"{ordinals(fine)} passed")
     return "; ".join(parts)
 
 
@@ -471,6 +468,7 @@ def read_junit(path: Path) -> Run:
 def _case_from_testcase(tc: ET.Element) -> CaseResult:
     nodeid = nodeid_from_junit(tc.get("classname", ""), tc.get("name", ""), tc.get("file"))
     dur = float(tc.get("time") or 0.0)
+    gpus = parse_gpu_lines(tc.findtext("system-out"))
     fail = tc.find("failure")
     err = tc.find("error")
     skip = tc.find("skipped")
@@ -484,7 +482,7 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
         state = NOBUILD if NOBUILD_PREFIX.strip() in msg else HARNESS if msg.startswith(HARNESS_PREFIX) \
             else FAILED
         r = CaseResult(nodeid, state, msg, rule=rule_of_message(msg), duration=dur, phase=phase)
-        r.gpus = parse_gpu_lines(tc.findtext("system-out"))
+        r.gpus = gpus
         if XPASS_STRICT in msg:
             r.known_issue = parse_known(msg)
             r.rule = r.rule or "known-issue-no-longer-reproduces"
@@ -495,11 +493,9 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
         if skip.get("type") == "pytest.xfail" or ki:
             if ki:
                 ki["mode"] = "xfail" if skip.get("type") == "pytest.xfail" else "skip"
-            return CaseResult(nodeid, KNOWN, msg, known_issue=ki, duration=dur,
-                              gpus=parse_gpu_lines(tc.findtext("system-out")))
-        return CaseResult(nodeid, SKIPPED, msg, skip_kind=classify_skip(msg), duration=dur,
-                          gpus=parse_gpu_lines(tc.findtext("system-out")))
-    return CaseResult(nodeid, PASSED, duration=dur, gpus=parse_gpu_lines(tc.findtext("system-out")))
+            return CaseResult(nodeid, KNOWN, msg, known_issue=ki, duration=dur, gpus=gpus)
+        return CaseResult(nodeid, SKIPPED, msg, skip_kind=classify_skip(msg), duration=dur, gpus=gpus)
+    return CaseResult(nodeid, PASSED, duration=dur, gpus=gpus)
 
 
 # The GPUs of a JUnit <testcase>, in its <system-out> (fixtures/plugins/controller.py writes
@@ -516,7 +512,7 @@ def gpu_lines(gpus: dict | None, ran: list[dict]) -> str:
     by = {str(g["ordinal"]): g for g in ran}
     states = set(gpus.values())
     if len(gpus) > 1 and len(states) == 1:
-        return f"{_ordinals(int(k) for k in gpus)}: {next(iter(states))}"
+        return f"{ordinals(int(k) for k in gpus)}: {next(iter(states))}"
     return "\n".join(f"{gpu_label(by.get(str(k), {'ordinal': k}))}: {state}"
                      for k, state in sorted(gpus.items(), key=lambda kv: int(kv[0])))
 
