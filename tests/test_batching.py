@@ -1,6 +1,8 @@
 """Batch buckets and the xdist scheduler that keeps a bucket on one worker."""
 from collections import defaultdict
 
+import pytest
+
 from fixtures.cuda_layer.batching import BUCKETS, bucket, scope_of
 
 from nested_run import make_tree, pytest_run
@@ -94,6 +96,40 @@ def test_lazy_batches_run_each_batch_once_when_first_asked():
     assert selected_ids(items, ("case",)) == {"c0"}
     assert selected_ids(items, ("case", "other"), "/s/x.py") == set()
     assert selected_ids(items, ("case", "other"), "/s/n.py") == {"c1"}
+
+
+def test_a_batch_whose_run_raises_is_a_harness_error_of_each_of_its_cases():
+    """Running a batch raised (the harness's own code: the cases' data, pickling them, the
+    call into the child): each case of the batch raises a HarnessError naming the batch
+    (before, the first case failed its rule with the exception and the others with "did
+    not complete: " and no reason); a skip is each case's skip; other batches run on."""
+    from types import SimpleNamespace
+    from fixtures.cuda_layer.batching import LazyBatches
+    from fixtures.cuda_layer.faults import HarnessError, is_harness_error
+    cases = [SimpleNamespace(id=f"c{i}", group=i % 3) for i in range(6)]
+    calls = []
+
+    def run(ids):
+        calls.append(list(ids))
+        if "c0" in ids:
+            raise RuntimeError("dictionary changed size during iteration")
+        if "c1" in ids:
+            pytest.skip("GPU lost")
+        return {i: f"r-{i}" for i in ids}, {}
+
+    lb = LazyBatches(cases, lambda c: c.group, run)
+    for cid in ("c0", "c3"):
+        with pytest.raises(HarnessError) as info:
+            lb.result(cid)
+        assert is_harness_error(info.value)
+        assert str(info.value) == ("harness: running this case's batch of 2 case(s) failed: "
+                                   "RuntimeError: dictionary changed size during iteration")
+        assert isinstance(info.value.__cause__, RuntimeError)
+    for cid in ("c1", "c4"):
+        with pytest.raises(pytest.skip.Exception, match="GPU lost"):
+            lb.result(cid)
+    assert lb.result("c2") == ("r-c2", "") and lb.result("c5") == ("r-c5", "")
+    assert calls == [["c0", "c3"], ["c1", "c4"], ["c2", "c5"]]     # each batch run once
 
 
 # ---------------------------------------------------------------- the scheduler's bookkeeping

@@ -175,6 +175,49 @@ def test_a_case_data_is_built_once_and_crosses_with_it(kind):
     assert back == case and name in vars(back) and np.array_equal(op.tensor(back), first)
 
 
+class _MemoMidPickle:
+    """A value whose pickling hands the GPU thread beside it the case to memoize into,
+    and waits (up to ``wait`` seconds) for that memo to be set: what the GIL's switching
+    let happen on a node of four H100s."""
+
+    def __init__(self, start, done, wait: float):
+        self.start, self.done, self.wait = start, done, wait
+
+    def __reduce__(self):
+        self.start.set()
+        self.done.wait(self.wait)
+        return (str, ("value",))
+
+
+def test_a_case_is_never_pickled_while_another_gpu_thread_memoizes_into_it():
+    """A batch's cases are pickled for one GPU's child (isolation._send) while another
+    GPU's thread memoizes a model into one of them (pool.memo): the memo waits for the
+    pickling (gpu_threads.SHARED), so the pickle holds the case whole (it raised
+    "dictionary changed size during iteration" before)."""
+    import io
+    import threading
+
+    from fixtures.cuda_layer import isolation
+
+    case = replace(_hand_cases("tiled")[0])
+    start, done = threading.Event(), threading.Event()
+    object.__setattr__(case, "probe", _MemoMidPickle(start, done, wait=0.5))
+
+    def other_gpu():
+        start.wait(5)
+        pool.memo(case, "model_x", lambda c: "made")
+        done.set()
+
+    t = threading.Thread(target=other_gpu)
+    t.start()
+    out = io.BytesIO()
+    isolation._send(out, case)         # raises RuntimeError when the memo lands mid-pickle
+    t.join(5)
+    assert done.is_set() and vars(case)["model_x"] == "made"
+    back = pickle.loads(out.getvalue()[8:])
+    assert back.id == case.id and vars(back)["probe"] == "value" and "model_x" not in vars(back)
+
+
 def _runs(cases) -> list:
     return [Run(c.id) for c in cases]
 
