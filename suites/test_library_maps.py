@@ -80,8 +80,7 @@ def triton_store_runs(request, gpu, kernels):
 def _result(triton_runs, case, request):
     r = triton_runs.result(case)
     if "unavailable" in r:
-        pytest.skip(f"Triton could not be imported in the isolated child: {r['unavailable']}: "
-                    f"{lm.INSTALL}")
+        pytest.skip(f"{r['unavailable']}: {lm.INSTALL}")
     request.node.user_properties.append(("triton", r["triton"]))
     return r
 
@@ -264,7 +263,7 @@ def test_triton_device_map_reused(variant, gpu, request):
              f"{out.kind} {out.error or ''} {out.detail[-1500:]}")
     r = out.value
     if "unavailable" in r:
-        pytest.skip(f"Triton could not be imported in the isolated child: {r['unavailable']}")
+        pytest.skip(r["unavailable"])
     for k in ("counts", "removed", "ptx_version", "triton"):
         request.node.user_properties.append((k, str(r[k])))
     line = ", ".join(f"{k} {v}" for k, v in r["counts"].items())

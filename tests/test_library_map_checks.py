@@ -214,3 +214,53 @@ def test_store_cases_and_the_h100s_row_chunk():
     plain = next(c for c in cs if not c.id.endswith("-tail16"))
     assert not tiled.tail_elements(plain.load)
     assert lm.store_expected(plain) == lm.store_expected(plain, chunk=True)
+
+
+# ------------------------------------------------------------------ the Triton the suite covers
+def _launcher(version: str):
+    """Triton's ``triton.backends.nvidia.driver`` and its CUDA utils as far as the suite
+    reads them, per version (read from the wheels: 3.6.0's driver.py ``make_tensordesc_arg
+    (arg, metadata)`` and ``CudaUtils.fill_tma_descriptor``; 3.9.0's ``make_tensordesc_arg
+    (arg, metadata, _)``, ``fill_tma_descriptor_tiled`` and ``fill_tma_descriptor_im2col``)."""
+    from types import SimpleNamespace
+
+    def fill(*args):
+        return None
+
+    if version == "3.6.0":
+        def make_tensordesc_arg(arg, metadata):
+            return [arg]
+        return SimpleNamespace(make_tensordesc_arg=make_tensordesc_arg), SimpleNamespace(fill_tma_descriptor=fill)
+
+    def make_tensordesc_arg(arg, metadata, _):      # noqa: F811  3.9.0's
+        return [arg]
+    return (SimpleNamespace(make_tensordesc_arg=make_tensordesc_arg),
+            SimpleNamespace(fill_tma_descriptor_tiled=fill, fill_tma_descriptor_im2col=fill))
+
+
+def test_a_triton_whose_launcher_api_differs_skips_naming_its_version():
+    """Triton 3.9's launcher (the version constraints/triton.txt pinned, never run on a GPU)
+    is not read as 3.6's: its cases skip naming the version, what differs and the im2col
+    encoder the suite does not cover, instead of an AttributeError read as a failure."""
+    assert triton_run.api_gap(*_launcher("3.6.0"), "3.6.0") == ""
+    why = triton_run.api_gap(*_launcher("3.9.0"), "3.9.0")
+    assert why.startswith("Triton 3.9.0 is not covered: its CUDA utils have no fill_tma_descriptor "
+                          "(they have fill_tma_descriptor_im2col, fill_tma_descriptor_tiled); its "
+                          "make_tensordesc_arg is (arg, metadata, _), not (arg, metadata).")
+    assert "proven with 3.6.0" in why and "im2col descriptors" in why and "not covered" in why
+
+
+def test_the_pinned_triton_is_one_a_gpu_run_passed_with():
+    """constraints/triton.txt pins a Triton of triton_run.PROVEN, inside the range of
+    pyproject's extra "triton"; every proven version is inside it too."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from packaging.specifiers import SpecifierSet
+    root = Path(__file__).resolve().parents[1]
+    pin = re.search(r"^triton==(\S+)$", (root / "constraints/triton.txt").read_text(), re.M)[1]
+    assert pin in triton_run.PROVEN
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["triton"]
+    spec = SpecifierSet(next(d for d in extra if d.startswith("triton"))[len("triton"):])
+    assert pin in spec and all(v in spec for v in triton_run.PROVEN)
