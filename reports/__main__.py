@@ -87,13 +87,16 @@ or known-issues file than the majority, a case in another state than most nodes
 that ran it, or other versions (driver, NVRTC, CCCL, ...).
 a node fails when its verdict is not PASS: FAIL (failed or could not build
 cases), NOT MEASURED (no usable GPU), INTERRUPTED, TIMED OUT, INCOMPLETE,
-INTERNAL ERROR, NO CASES RAN, NOTHING PASSED, or any other (e.g. GPU LOST).
+INTERNAL ERROR, NO CASES RAN, NOTHING PASSED, NO REPORT (a folder without a
+readable report: a node that crashed or stopped before writing one, merged with
+what its folder holds), or any other (e.g. GPU LOST).
 
 exit status:
   0  every node passes and none is flagged (one node: it passes)
-  1  a node is flagged or does not pass, or fewer nodes than --expect-nodes
-  2  unreadable input, the same folder or run id twice, nothing left to merge,
-     --out not writable, or bad usage
+  1  a node is flagged or does not pass (NO REPORT included), or fewer nodes
+     than --expect-nodes
+  2  a path that does not exist, the same folder or run id twice, nothing left
+     to merge, --out not writable, or bad usage
 """
 
 
@@ -134,16 +137,29 @@ def cmd_merge(a) -> int:
               "and an --out folder apart from them)", file=sys.stderr)
         return 2
     dup = merge_mod.duplicates(paths)
-    runs = [load_run(p) for p in paths] if dup is None else []
-    dup = dup or merge_mod.duplicates(paths, runs)
     if dup:
         print(f"{me}: {dup}", file=sys.stderr)
         return 2
-    m = merge_mod.merge_runs(runs, a.expect_nodes)
-    if len(runs) == 1:
+    read, runs, unreadable = [], [], []
+    for p in paths:
+        if not Path(p).exists():
+            raise ReportInputError(f"{p}: no such file or folder")
+        try:
+            runs.append(load_run(p))
+            read.append(p)
+        except ReportInputError as e:   # a node without a readable report: merged as such
+            unreadable.append((p, str(e).removeprefix(f"{p}: ")))
+            print(f"{me}: {p}: no readable report ({unreadable[-1][1]}): a node that does not pass",
+                  file=sys.stderr)
+    dup = merge_mod.duplicates(read, runs)
+    if dup:
+        print(f"{me}: {dup}", file=sys.stderr)
+        return 2
+    m = merge_mod.merge_runs(runs, a.expect_nodes, unreadable)
+    if len(runs) + len(unreadable) == 1:
         print(f"{me}: 1 node only: nothing to compare it with", file=sys.stderr)
     if merge_mod.too_few(m):
-        print(f"{me}: {len(runs)} node(s) came, --expect-nodes {a.expect_nodes}", file=sys.stderr)
+        print(f"{me}: {len(m['nodes'])} node(s) came, --expect-nodes {a.expect_nodes}", file=sys.stderr)
     outs = merge_mod.outputs(m)
     if a.out:
         for name, text in outs.items():

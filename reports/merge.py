@@ -21,13 +21,19 @@ A node is **flagged** (it differs from the fleet) when
 Each node lists its GPUs (ordinal, UUID, PCI bus id) with the states of the cases each
 ran; a node whose verdict is FAIL names the GPUs that failed.
 
+A folder that holds no readable report (a node that crashed before writing one, a run
+stopped by a setup error) is a node with the verdict NO REPORT, named by its folder, with
+what the folder holds (``unreadable_node``): flagged and not passing, the other nodes
+merged as ever.
+
 A node **does not pass** when its verdict is not PASS (``node_verdict``: the verdict the
 run recorded when it is not PASS, e.g. a kind this tool does not know such as GPU LOST,
 else ``model.run_verdict``; a pytest exit status other than 0 is never PASS).
 Output: Markdown, standalone HTML and JSON (schema ``tmac-fleet/1``). Exit status: 1
-when a node is flagged or does not pass, or fewer nodes came than ``--expect-nodes``,
-0 otherwise (one node: 0 when it passes), 2 on unreadable input, the same folder or
-run id given twice (``duplicates``), or output that cannot be written. The ``--out``
+when a node is flagged or does not pass (a folder without a readable report included),
+or fewer nodes came than ``--expect-nodes``, 0 otherwise (one node: 0 when it passes), 2
+on a path that does not exist, the same folder or run id given twice (``duplicates``),
+or output that cannot be written. The ``--out``
 folder and folders holding only a merge's output are never read as runs
 (``run_inputs``).
 """
@@ -53,6 +59,8 @@ VERSION_KEYS = [
 SHORT = {"passed": "P", "failed": "F", "known-issue": "K", "skipped": "S", "could-not-build": "B",
          "harness-error": "H"}
 EXAMPLES = 10          # example case ids per node in fleet.json (missing, extra)
+HELD = 10              # entries named of a folder without a readable report
+NO_REPORT = "NO REPORT"
 # The pytest options that change which cases run (compared between nodes); the others
 # (-n, --report-dir, --junitxml, --prom-file, -q, ...) are per node or change nothing.
 SELECT_OPTS = {"-k": True, "-m": True, "--deselect": True, "--ignore": True, "--ignore-glob": True,
@@ -201,7 +209,44 @@ def _majority(vals: list) -> object:
     return v if n * 2 > len(vals) else None
 
 
-def merge_runs(runs: list[Run], expect_nodes: int | None = None) -> dict:
+def unreadable_node(path: str, why: str, name: str) -> dict:
+    """The fleet's node for a folder (or file) without a readable report: verdict NO
+    REPORT, flagged, not passing; ``no_report`` says why and what the folder holds."""
+    p = Path(path)
+    try:
+        held = sorted(x.name for x in p.iterdir()) if p.is_dir() else [p.name]
+    except OSError as e:
+        held = [f"(not listed: {e.strerror or e})"]
+    holds = (", ".join(held[:HELD]) + (f" and {len(held) - HELD} more" if len(held) > HELD else "")) \
+        if held else "nothing"
+    text = f"no readable report ({why}); the folder holds: {holds}"
+    return {"node": name, "source": str(path), "run_id": None, "no_report": text,
+            "versions": {}, "settings": {}, "verdict": {"status": NO_REPORT, "text": text},
+            "counts": {}, "cases": 0, "duration_s": None, "suites": {},
+            "missing_cases": 0, "missing_examples": [], "extra_cases": 0, "extra_examples": [],
+            "differs_from_majority": [], "versions_differ": {}, "settings_differ": {},
+            "gpus": [], "uneven_gpus": "", "flagged": True, "failing": True}
+
+
+def merge_runs(runs: list[Run], expect_nodes: int | None = None,
+               unreadable: list[tuple[str, str]] = ()) -> dict:
+    """The fleet of ``runs``, and a NO REPORT node for each (path, why) of ``unreadable``."""
+    m = _merge_read(runs, expect_nodes) if runs else {
+        "schema": SCHEMA, "nodes": [], "suites": [], "version_majority": {},
+        "settings_majority": {k: None for k in SETTING_LABELS},
+        "case_reference": {"basis": "none", "cases": 0}, "expect_nodes": expect_nodes,
+        "cases_with_majority": 0, "cases_total": 0}
+    taken = {n["node"] for n in m["nodes"]}
+    for path, why in unreadable:
+        name = Path(path).name or str(path)
+        if name in taken:
+            name = f"{name} ({path})"
+        taken.add(name)
+        m["nodes"].append(unreadable_node(path, why, name))
+    return m
+
+
+def _merge_read(runs: list[Run], expect_nodes: int | None = None) -> dict:
     names: list[str] = []
     seen = Counter(r.node for r in runs)
     for r in runs:
@@ -296,6 +341,8 @@ def _suite_cell(c: dict) -> Cell:
 
 def _why_flagged(n: dict) -> list[tuple[str, str]]:
     """(category, text) for each way a node differs from the fleet."""
+    if n.get("no_report"):
+        return [("no report", "no readable report")]
     parts = []
     if n["missing_cases"]:
         parts.append(("missing cases", f"{n['missing_cases']} case(s) missing"))
@@ -352,9 +399,10 @@ def to_doc(m: dict) -> Document:
     doc = Document("TMA conformance: fleet view", f"{len(m['nodes'])} runs · {m['cases_total']} case ids · "
                    f"reference case set: {ref.get('cases', '-')} ids ({ref.get('basis', '-')}) · "
                    "cells: P passed, F failed, K known issue, S skipped, B could not build", verdict(m))
+    read = [n for n in m["nodes"] if not n.get("no_report")]
     vlabels = list(m["version_majority"])
     slabels = [k for k in SETTING_LABELS
-               if k == "sweep" or len({n["settings"][k] for n in m["nodes"]}) > 1]
+               if k == "sweep" or len({n["settings"][k] for n in read}) > 1]
     headers = (["node", "verdict", "cases", "duration"] + vlabels + slabels + m["suites"]
                + ["differs from the fleet"])
     rows = []
@@ -363,11 +411,11 @@ def to_doc(m: dict) -> Document:
                Cell(_counts_text(n["counts"]), "flag" if n["missing_cases"] or n["extra_cases"] else ""),
                _duration(n.get("duration_s"))]
         for label in vlabels:
-            v = str(n["versions"][label])
+            v = str(n["versions"].get(label, "-"))
             row.append(Cell(_short(v), "flag" if label in n["versions_differ"] else ""))
         for k in slabels:
-            row.append(Cell(_short(n["settings"][k]), "flag" if k in n["settings_differ"] else ""))
-        row += [_suite_cell(n["suites"][s]) for s in m["suites"]]
+            row.append(Cell(_short(n["settings"].get(k, "-")), "flag" if k in n["settings_differ"] else ""))
+        row += [_suite_cell(n["suites"].get(s, {})) for s in m["suites"]]
         parts = [text for _, text in _why_flagged(n)]
         row.append(Cell("; ".join(parts) or "no", "flag" if parts else ""))
         rows.append(row)

@@ -140,3 +140,22 @@ def test_lock_refusal_names_the_holder(tmp_path):
     b = RunLock(tmp_path)
     b.acquire(owner)
     b.release()
+
+
+def test_a_setup_error_leaves_no_half_folder(tmp_path):
+    """A run stopped at start-up by a setup error (exit 4: a bad --run-timeout, an --arch
+    the node cannot run) leaves no report folder it made behind: before, the folder held
+    its lock file alone, which a fleet merge met as a node. A folder that was there
+    before is kept."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    made = tmp_path / "qual" / "node7"
+    run = pytest_run(root, f"--report-dir={made}", "-n", "0", "--require-gpus=0", "--run-timeout=soon")
+    assert run.returncode == 4 and "--run-timeout" in run.stdout + run.stderr
+    assert not made.exists() and (tmp_path / "qual").is_dir()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    run = pytest_run(root, f"--report-dir={kept}", "-n", "0", "--require-gpus=0", "--run-timeout=soon")
+    assert run.returncode == 4 and kept.is_dir() and not (kept / ".tmac-run.json").exists()
+    # a run that wrote its reports keeps its folder, lock file and all
+    run = pytest_run(root, f"--report-dir={made}", "-n", "0", "--require-gpus=0")
+    assert run.returncode == 0 and (made / "results.json").is_file()

@@ -280,3 +280,45 @@ def test_each_gpu_of_each_node_is_listed_and_uneven_or_fewer_gpus_flag_the_node(
     assert not by["n1"]["flagged"] and not by["n5"]["flagged"]
     md = (tmp_path / "fleet" / "fleet.md").read_text()
     assert "uneven GPUs" in md and "| n3 | GPU 2 (GPU-2, 0000:02:00.0) | 2 | **1P 1F** |" in md
+
+
+def test_a_node_without_a_readable_report_is_flagged_and_the_rest_merged(tmp_path, capsys):
+    """A folder holding only the run lock (a node that crashed, a run stopped by a setup
+    error) and one with a truncated results.json: each is a node NO REPORT, with what its
+    folder holds; the others are merged and the fleet files written; exit 1 (it was exit
+    2, "unreadable input", and no fleet files: one dead node hid the others)."""
+    n1 = run_dir(tmp_path / "n1", SAME, env(host="n1"))
+    n2 = run_dir(tmp_path / "n2", SAME, env(host="n2"))
+    dead = tmp_path / "node3"
+    dead.mkdir()
+    (dead / ".tmac-run.lock").write_text("")
+    torn = tmp_path / "node4"
+    torn.mkdir()
+    (torn / "results.json").write_text('{"schema": "tmac-results/1", "cases": [')
+    fleet = tmp_path / "fleet"
+    status, out, err = run_merge(capsys, n1, n2, dead, torn, "--expect-nodes", "4", "--out", fleet,
+                                 "--format", "json")
+    m = json.loads(out)
+    assert status == 1 and m["exit_status"] == 1
+    by = {n["node"]: n for n in m["nodes"]}
+    assert set(by) == {"n1", "n2", "node3", "node4"}
+    assert not by["n1"]["flagged"] and not by["n1"]["failing"]
+    for name in ("node3", "node4"):
+        n = by[name]
+        assert n["verdict"]["status"] == "NO REPORT" and n["flagged"] and n["failing"]
+    assert by["node3"]["no_report"] == (
+        "no readable report (no results.json and no JUnit XML in this folder); the folder holds: "
+        ".tmac-run.lock")
+    assert by["node4"]["no_report"].endswith("the folder holds: results.json")
+    assert m["verdict"] == "4 nodes: 2 differ from the fleet (2 no report), 2 do not pass (2 NO REPORT)"
+    assert f"{dead}: no readable report (no results.json and no JUnit XML in this folder)" in err
+    for name in ("fleet.md", "fleet.html", "fleet.json"):
+        assert (fleet / name).is_file()
+    md = (fleet / "fleet.md").read_text()
+    assert "node3" in md and "NO REPORT" in md and ".tmac-run.lock" in md
+    # every node dead: still a fleet of nodes that do not pass, exit 1
+    status, out, _ = run_merge(capsys, dead, torn, "--format", "json")
+    assert status == 1 and [n["verdict"]["status"] for n in json.loads(out)["nodes"]] == ["NO REPORT"] * 2
+    # a path that is not there is bad input, not a node: exit 2, one line
+    status, out, err = run_merge(capsys, n1, tmp_path / "typo")
+    assert status == 2 and out == "" and err.strip().endswith("typo: no such file or folder")
