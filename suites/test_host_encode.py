@@ -28,7 +28,7 @@ from fixtures.tensormap import params as tp
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap import sweep
 from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, encode_params, replace_params
-from fixtures.cuda_layer.cuda_core import enum_value
+from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
@@ -339,8 +339,8 @@ def test_cuda_core_matches_encode_tiled(peer_case, gpu, cuda_core_dumper, reques
         kw["data_type"] = enum_value("TensorMapDataType", dt)
     try:
         desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
-    except Exception as exc:  # whatever cuda.core raises is its refusal: the finding, reported
-        pytest.fail(f"cuda.core refused a map the driver encodes: {type(exc).__name__}: {exc}\n"
+    except Refused as exc:   # cuda.core's refusal: the finding (other errors: the harness's)
+        pytest.fail(f"cuda.core refused a map the driver encodes: {exc}\n"
                     f"  params: {_params_text(q)}")
     theirs = peer.map_bytes(desc)
     assert theirs == ours.map_bytes, (

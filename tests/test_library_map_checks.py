@@ -264,3 +264,41 @@ def test_the_pinned_triton_is_one_a_gpu_run_passed_with():
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["triton"]
     spec = SpecifierSet(next(d for d in extra if d.startswith("triton"))[len("triton"):])
     assert pin in spec and all(v in spec for v in triton_run.PROVEN)
+
+
+# ------------------------------------------------------------------ cuda.core: refusal or harness
+def test_only_what_cuda_core_documents_raising_is_its_refusal():
+    """CudaCoreDumper.descriptor: a ValueError (cuda.core documents raising it for a map it
+    refuses) or a CUDAError of the driver's encode is cuda.core's refusal (Refused: the
+    cases fail their rule, naming it); any other exception of the call (a TypeError of a
+    call this cuda.core does not take), or a view that cannot be made, is the harness's
+    (HarnessError: the case is a harness error), where the suites read every exception
+    as "cuda.core refused a map"."""
+    from types import SimpleNamespace
+
+    from fixtures.cuda_layer.cuda_core import CudaCoreDumper, Refused
+    from fixtures.cuda_layer.faults import HarnessError
+
+    class CUDAError(Exception):        # cuda.core._utils.cuda_utils.CUDAError's name
+        pass
+
+    def dumper(raises, view_fails=False):
+        def as_tensor_map(box, **kw):
+            raise raises
+
+        d = object.__new__(CudaCoreDumper)
+        d.view = (lambda a: (_ for _ in ()).throw(BufferError("no DLPack"))) if view_fails else \
+            (lambda a: SimpleNamespace(as_tensor_map=as_tensor_map))
+        return d
+
+    for exc in (ValueError("the pointer is not 16-byte aligned"), CUDAError("CUDA_ERROR_INVALID_VALUE")):
+        with pytest.raises(Refused) as info:
+            dumper(exc).descriptor(None, (8, 8))
+        assert str(info.value) == f"{type(exc).__name__}: {exc}" and info.value.error is exc
+    with pytest.raises(HarnessError) as info:
+        dumper(TypeError("as_tensor_map() got an unexpected keyword argument 'oob_fill'")).descriptor(None, (8,))
+    assert str(info.value).startswith("harness: cuda.core's as_tensor_map raised TypeError: "
+                                      "as_tensor_map() got an unexpected keyword argument 'oob_fill'")
+    with pytest.raises(HarnessError, match="harness: make cuda.core's StridedMemoryView of the tensor "
+                                           "failed: BufferError: no DLPack"):
+        dumper(ValueError("unused"), view_fails=True).descriptor(None, (8,))
