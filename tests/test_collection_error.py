@@ -38,6 +38,7 @@ def test_a_collection_error_stops_the_run_with_any_n(tmp_path, workers):
     assert res["exitstatus"] == 2
     assert res["verdict"] == ("INTERRUPTED: pytest stopped at 1 collection error(s) (0 passed, "
                               "1 failed or could not build, 2 cases reported)"), res["verdict"]
+    assert res["status"] == "INTERRUPTED"          # the verdict's kind, for scripts
     cases = {c["id"]: c for c in res["cases"]}
     assert cases["test_broken.py"]["state"] == "failed" and cases["test_broken.py"]["phase"] == "collect"
     assert "no_such_module_here" in cases["test_broken.py"]["message"]
@@ -53,3 +54,4 @@ def test_continue_on_collection_errors_runs_the_rest_with_any_n(tmp_path, worker
     cp, res, _ = run(root, tmp_path / "out", "-n", workers, "--continue-on-collection-errors")
     assert cp.returncode == 1, cp.stdout[-3000:]
     assert res["verdict"] == "FAIL: 1 failed, 0 could not build (of 22)", res["verdict"]
+    assert res["status"] == "FAIL"

@@ -195,6 +195,7 @@ def test_a_harness_fault_is_no_broken_rule(tmp_path):
                                    f"status words on GPU 3 failed: RuntimeError: cudaErrorInvalidValue"), c
     assert meta["verdict"].startswith(f"HARNESS ERROR: {_label(3)} 1 harness error; GPUs 0, 1, 2 passed: "
                                       f"the harness itself failed, no documented rule was judged"), meta["verdict"]
+    assert meta["status"] == "HARNESS ERROR"
     junit = ET.parse(out / "junit.xml").getroot()
     tc = next(t for t in junit.iter("testcase") if t.get("name") == "test_load[5]")
     assert tc.find("failure").get("message").startswith("harness-error: [case test_load[5]]")
