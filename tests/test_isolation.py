@@ -266,3 +266,29 @@ def test_one_queue_leaves_the_environment_it_is_given_alone(monkeypatch):
     given = {"A": "b"}
     assert cuda_env.one_queue(given) == {"A": "b", cuda_env.CONNECTIONS: "1"} and given == {"A": "b"}
     assert cuda_env.one_queue()[cuda_env.CONNECTIONS] == "1" and os.environ[cuda_env.CONNECTIONS] == "8"
+
+
+def test_a_context_check_that_raises_is_unknown_not_healthy(monkeypatch):
+    """The child's check of its context after a call: no driver is nothing to poison; a
+    check that raises anything else leaves the context's state unknown, so the child is
+    replaced and the reply kept as it is (it read as a healthy context before, and the
+    child was kept)."""
+    import fixtures.cuda_layer.isolation as iso
+    from cuda.bindings import driver
+
+    class DynamicLibNotFoundError(RuntimeError):     # cuda.pathfinder's, on a machine without libcuda
+        pass
+
+    def raising(exc):
+        def f():
+            raise exc
+        return f
+
+    monkeypatch.setattr(driver, "cuCtxGetCurrent", raising(DynamicLibNotFoundError("no libcuda")))
+    assert iso._context_healthy()[0] is True
+    monkeypatch.setattr(driver, "cuCtxGetCurrent", raising(RuntimeError("bindings broke")))
+    assert iso._context_healthy() == (None, "RuntimeError: bindings broke")
+    reply = iso._handle("isolation_targets:add", (2, 3), {}, None, {})
+    assert reply["kind"] == "returned" and reply["value"] == 5 and reply["poisoned"] is True
+    assert "could not be checked after the call (RuntimeError: bindings broke): the child was replaced" \
+        in reply["detail"]
