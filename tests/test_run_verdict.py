@@ -297,3 +297,13 @@ def test_gpu_lost_is_worse_than_fail_and_below_interrupted():
     assert run_verdict(_run_of(cases[:2])).status == "FAIL"
     no_gpu = [CaseResult("suites/test_a.py::test_b[c1]", "skipped", "no GPU: no driver", skip_kind="no-gpu")]
     assert run_verdict(_run_of(no_gpu, exitstatus=0, gpu={"usable": 0})).status == "NOT MEASURED"
+
+
+def test_the_verdict_is_the_terminals_last_line(tmp_path):
+    """The verdict is printed again below pytest's own summary line ("4 passed, 7 skipped"
+    reads like a pass on a node without a GPU), as the terminal's last line."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    run = pytest_run(root, f"--report-dir={tmp_path / 'out'}", "-n", "0", "--require-gpus=0")
+    lines = [ln for ln in run.stdout.splitlines() if ln.strip()]
+    assert lines[-1].startswith("verdict: "), lines[-3:]
+    assert lines[-1] == f"verdict: {results(tmp_path / 'out')['verdict']}"
