@@ -192,3 +192,59 @@ def test_a_failure_the_entry_explains_is_one_line_any_other_keeps_its_traceback(
     assert "[rule accepts-valid]" in short(explained) and "\n" not in short(explained).strip()
     assert short(raised([("accepts-valid", "something else")])) == "the whole traceback"
     assert short(raised([("other-rule", "driver: CUDA_ERROR_INVALID_VALUE")])) == "the whole traceback"
+
+
+# ------------------------------------------------------------------ the repository's entries
+def _entries():
+    root = Path(__file__).resolve().parent.parent
+    return [e for e in load(root / "known_issues.toml") if e.mode == "xfail"]
+
+
+def test_every_entry_names_the_rules_its_cases_fail():
+    """Every xfail entry names its rule(s) (five im2col entries named none, so a failure of
+    any rule that matched their text was absorbed); an entry on the host-encoding rule
+    cases names exactly the rules of the cases its pattern matches, at every sweep (a
+    case of such a test fails its own rule, fixtures.host_encode)."""
+    import fixtures.host_encode as he
+    entries = _entries()
+    assert entries and all(e.rule for e in entries), [e.id for e in entries if not e.rule]
+    cases = {c.id: c for level in ("smoke", "standard", "full") for c in he.rule_cases(level)}
+    for e in entries:
+        if not e.pattern.startswith("suites/test_host_encode.py::test_rule_case["):
+            continue
+        rules = {c.rule for cid, c in cases.items()
+                 if e.matches(f"suites/test_host_encode.py::test_rule_case[{cid}]")}
+        assert rules and rules <= set(e.rule), (e.id, sorted(rules), e.rule)
+
+
+@pytest.mark.parametrize("kind, text", [
+    ("a crash", "the load did not complete: the isolated child died: child exited with status -11"),
+    ("a hang", "the write did not complete: it hung: no answer from fixtures.engine.batches:run_cases "
+               "within 120 s; the child was killed"),
+    ("a harness error", "harness: running this case's batch of 12 case(s) failed: RuntimeError: "
+                        "dictionary changed size during iteration"),
+    ("a failure of no rule", "AssertionError: something else"),
+])
+def test_no_entry_absorbs_a_crash_a_hang_or_a_harness_error(kind, text):
+    """Fed to every xfail entry under each of its own rules (and under another rule), a
+    crash, a hang, a harness error or an unexplained assertion is not the entry's failure:
+    the case fails as itself."""
+    for e in _entries():
+        for rule in list(e.rule) + ["another.rule", None]:
+            ok, _ = e.explains([(rule, text)])
+            assert not ok, f"{e.id} absorbs {kind} of rule {rule}: {text!r}"
+
+
+def test_the_dim0_chunk_entries_match_the_one_sentence_both_suites_write():
+    """The *-DIM0-CHUNK entries' signature is the sentence the TMA write checks and the
+    library store check both compose from (tma_box.tiled.PAST_CHUNK), once."""
+    import re
+
+    from fixtures.library_maps import checks as lib_checks
+    from fixtures.tma_box import tiled
+    from fixtures.tma_store import checks as write_checks
+    chunk = [e for e in _entries() if e.id.endswith("DIM0-CHUNK")]
+    assert len(chunk) == 5
+    for e in chunk:
+        assert re.search(e.match, tiled.PAST_CHUNK), e.id
+    assert tiled.PAST_CHUNK in write_checks.PAST_DIM0_CHUNK and lib_checks.PAST_ROW == tiled.PAST_CHUNK
