@@ -20,7 +20,7 @@ import pytest
 
 from fixtures.cuda_layer.isolation import alive
 
-from nested_run import make_tree, pytest_start, started_tree, wait_for
+from nested_run import child_env, make_tree, pytest_start, started_tree, wait_for
 
 TREE = '''
     import os, time, pytest
@@ -174,3 +174,54 @@ def test_a_workers_children_get_the_default_signal_handling(tmp_path):
     ''')
     cp = pytest_run(root, "-n", "1", f"--report-dir={tmp_path / 'out'}")
     assert cp.returncode == 0, cp.stdout[-3000:]
+
+
+SLOW_START = '''
+import os, pathlib, time
+
+def pytest_sessionstart(session):
+    pathlib.Path(os.environ["TMAC_TEST_FLAG"]).touch()
+    time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, sig):
+    """A signal while the session starts (before any case: the workers starting, the
+    header waiting for the fingerprint) ends the run with exit 2 and its reports written
+    (INTERRUPTED, no case), JUnit included, and no worker left: pytest calls
+    pytest_sessionfinish only after a completed pytest_sessionstart, so such a run left
+    a folder without results.json (and its workers running), a stress of random
+    interrupts found."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    (root / "slowstart.py").write_text(SLOW_START)
+    flag, out = tmp_path / "started", tmp_path / "out"
+    log = (tmp_path / "log").open("w+")
+    env = child_env()
+    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "slowstart",
+                             f"--report-dir={out}"], cwd=root, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert wait_for(flag, 120, proc), "the session never started"
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.seek(0)
+    text = log.read()
+    assert rc == 2, text[-3000:]
+    meta = json.loads((out / "results.json").read_text())
+    assert meta["verdict"].startswith("INTERRUPTED: ") and meta["cases"] == [] and meta["exitstatus"] == 2, meta
+    junit = ET.parse(out / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert props.get("tmac.verdict") == meta["verdict"] and not list(junit.iter("testcase"))
+    assert f"verdict: {meta['verdict']}" in text and "could not write" not in text, text[-3000:]
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the run left: {left}"
