@@ -225,3 +225,78 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
         time.sleep(0.1)
         left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not left, f"processes of the run left: {left}"
+
+
+LATE_SIGNAL = '''
+import os, signal, pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    os.kill(os.getpid(), getattr(signal, os.environ["TMAC_TEST_SIGNAL"]))
+'''
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_reports_leaves_the_exit_status_they_record(tmp_path, sig):
+    """A signal that comes once the run's reports are written (the run ending as Ctrl-C
+    or a scheduler's SIGTERM arrives) is said and ignored: the process exits with the
+    status the reports record, JUnit written (a stress of random interrupts found a run
+    killed by SIGINT, exit -2, after its reports said exit 0)."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    (root / "latesignal.py").write_text(LATE_SIGNAL)
+    out = tmp_path / "out"
+    env = child_env()
+    env.update(TMAC_TEST_SIGNAL=sig, PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "latesignal", "--require-gpus=0",
+                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+                        timeout=120)
+    meta = json.loads((out / "results.json").read_text())
+    assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stdout[-2000:], cp.stderr[-2000:])
+    assert f"tmac: {sig} after the reports were written: the run ends as they say (exit status 0" in cp.stderr
+    assert ET.parse(out / "junit.xml").getroot().find(".//testcase") is not None
+
+
+SWALLOWS = '''
+import os, pathlib, time, pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    pathlib.Path(os.environ["TMAC_TEST_FLAG"]).touch()
+    try:                                  # code that swallows whatever interrupts it
+        time.sleep(30)
+    except BaseException:
+        pass
+'''
+
+
+def test_a_stop_that_the_run_swallowed_ends_it_at_the_next_case(tmp_path):
+    """The Exit a SIGTERM raises in the main thread can land in code that swallows it;
+    the run then went on to the end and exited 1 under the verdict INTERRUPTED. It stops
+    at the next case's report instead: exit 2, the verdict INTERRUPTED, results.json's
+    exitstatus the process's."""
+    root = make_tree(tmp_path / "t", '''
+        import pytest
+        @pytest.mark.parametrize("i", range(50))
+        def test_case(i):
+            pass
+    ''')
+    (root / "swallows.py").write_text(SWALLOWS)
+    flag, out = tmp_path / "started", tmp_path / "out"
+    env = child_env()
+    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "0", "-p", "swallows", "--require-gpus=0",
+                             f"--report-dir={out}"], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_for(flag, 120, proc), "the session never started"
+        proc.send_signal(signal.SIGTERM)
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    meta = json.loads((out / "results.json").read_text())
+    assert proc.returncode == meta["exitstatus"] == 2, (proc.returncode, text[-3000:])
+    assert meta["verdict"].startswith("INTERRUPTED: received SIGTERM"), meta["verdict"]
+    assert sum(c["state"] == "passed" for c in meta["cases"]) <= 1, "the run went on past the next case"
+    assert meta["not_reported"] >= 49, meta["not_reported"]
