@@ -327,3 +327,24 @@ def test_an_exception_out_of_pytests_teardown_keeps_the_recorded_exit_status(tmp
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
     assert "AssertionError: cannot snap in state 'done'" in cp.stderr
     assert "tmac: pytest's own teardown raised AssertionError after the run's reports were written" in cp.stderr
+
+
+def test_a_run_stopped_before_junits_writer_was_set_up_still_gets_its_junit_file(tmp_path):
+    """Stopped before pytest's JUnit writer existed (Ctrl-C at 0.5 s, once in 40 stress
+    runs: results.json written, no junit.xml), the controller writes the JUnit file
+    itself: no testcase, the run's properties, its verdict; the report readers read it."""
+    from types import SimpleNamespace
+
+    from fixtures.plugins.controller import Controller
+    from reports.model import read_junit
+    c = Controller.__new__(Controller)
+    c.verdict = SimpleNamespace(text="INTERRUPTED: KeyboardInterrupt (0 passed, 0 failed or could not "
+                                     "build, 0 cases reported)")
+    run = SimpleNamespace(env_props={"tmac.host": "n7"}, meta={"counts": {"passed": 0, "failed": 0}})
+    path = tmp_path / "out" / "junit.xml"
+    c._write_empty_junit(path, run)
+    root = ET.parse(path).getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["tmac.verdict"] == c.verdict.text and props["tmac.host"] == "n7"
+    assert props["tmac.count.passed"] == "0" and not list(root.iter("testcase"))
+    assert read_junit(path).cases == {}
