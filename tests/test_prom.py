@@ -69,7 +69,7 @@ def test_d():
     ("pass", "2", "NOT MEASURED", 0, {"passed": 3, "skipped": 2}),      # no GPU here: the node case skips
     ("fail", "0", "FAIL", 1, {"passed": 2, "failed": 1, "skipped": 2}),
     ("interrupt", "0", "INTERRUPTED", 2, {"passed": 2, "skipped": 1}),   # test_d never ran
-    ("hang", "0", "TIMED OUT", 2, {"passed": 2, "skipped": 1}),          # --run-timeout=2
+    ("hang", "0", "TIMED OUT", 2, {"passed": 2, "skipped": 1}),          # --run-timeout=8
 ])
 def test_prom_file_of_a_run(tmp_path, mode, workers, verdict, exitstatus, counts):
     root = make_tree(tmp_path / "t", TREE)
@@ -77,7 +77,7 @@ def test_prom_file_of_a_run(tmp_path, mode, workers, verdict, exitstatus, counts
     prom.parent.mkdir()
     prom.write_text("stale\n")
     cp = pytest_run(root, f"--report-dir={out}", f"--prom-file={prom}", "-n", workers, "--require-gpus=0",
-                    *(["--run-timeout=2"] if mode == "hang" else []), env={"TMAC_TEST_MODE": mode})
+                    *(["--run-timeout=8"] if mode == "hang" else []), env={"TMAC_TEST_MODE": mode})
     assert cp.returncode == exitstatus, cp.stdout[-3000:] + cp.stderr[-2000:]
     res = results(out)
     assert res["verdict"].startswith(verdict)
