@@ -198,20 +198,27 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
     flag, out = tmp_path / "started", tmp_path / "out"
     log = (tmp_path / "log").open("w+")
     env = child_env()
-    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]),
+               PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "slowstart",
                              f"--report-dir={out}"], cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
+    rc = None
     try:
         assert wait_for(flag, 120, proc), "the session never started"
         os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
-        rc = proc.wait(timeout=60)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:   # where it hangs: every thread's stack (faulthandler)
+            proc.send_signal(signal.SIGABRT)
+            time.sleep(2)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     log.seek(0)
     text = log.read()
+    assert rc is not None, f"the run did not end within 60 s of the signal:\n{text[-6000:]}"
     assert rc == 2, text[-3000:]
     meta = json.loads((out / "results.json").read_text())
     assert meta["verdict"].startswith("INTERRUPTED: ") and meta["cases"] == [] and meta["exitstatus"] == 2, meta
