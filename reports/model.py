@@ -465,6 +465,9 @@ def read_junit(path: Path) -> Run:
     return run
 
 
+_PHASE_WRAP = re.compile(r'failed on (setup|teardown) with "(.*)"\Z', re.S)
+
+
 def _case_from_testcase(tc: ET.Element) -> CaseResult:
     nodeid = nodeid_from_junit(tc.get("classname", ""), tc.get("name", ""), tc.get("file"))
     dur = float(tc.get("time") or 0.0)
@@ -475,11 +478,13 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
     if fail is not None or err is not None:
         el = fail if fail is not None else err
         msg = el.get("message") or ""
+        wrapped = _PHASE_WRAP.match(msg)      # pytest's message of a setup or teardown error
+        inner = wrapped.group(2) if wrapped else msg
         phase = "call"
         if err is not None:
-            phase = "teardown" if msg.startswith("failed on teardown") else (
-                "collect" if msg == "collection failure" else "setup")
-        state = NOBUILD if NOBUILD_PREFIX.strip() in msg else HARNESS if msg.startswith(HARNESS_PREFIX) \
+            phase = wrapped.group(1) if wrapped else "collect" if msg == "collection failure" else (
+                "call" if msg.startswith(HARNESS_PREFIX) else "setup")   # a call's harness error: <error>
+        state = NOBUILD if NOBUILD_PREFIX.strip() in msg else HARNESS if inner.startswith(HARNESS_PREFIX) \
             else FAILED
         r = CaseResult(nodeid, state, msg, rule=rule_of_message(msg), duration=dur, phase=phase)
         r.gpus = gpus

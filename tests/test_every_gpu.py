@@ -198,8 +198,10 @@ def test_a_harness_fault_is_no_broken_rule(tmp_path):
     assert meta["status"] == "HARNESS ERROR"
     junit = ET.parse(out / "junit.xml").getroot()
     tc = next(t for t in junit.iter("testcase") if t.get("name") == "test_load[5]")
-    assert tc.find("failure").get("message").startswith("harness-error: [case test_load[5]]")
-    assert model.read_junit(out / "junit.xml").cases["test_tiny.py::test_load[5]"].state == model.HARNESS
+    assert tc.find("failure") is None                       # the harness failed: an <error>
+    assert tc.find("error").get("message").startswith("harness-error: [case test_load[5]]")
+    back = model.read_junit(out / "junit.xml").cases["test_tiny.py::test_load[5]"]
+    assert (back.state, back.phase) == (model.HARNESS, "call")
 
 
 @CPU_ONLY

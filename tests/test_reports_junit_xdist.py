@@ -313,3 +313,23 @@ def test_default_report_folder_and_bad_known_issues(tmp_path):
     cp = pytest_run(root, f"--known-issues={bad}")
     assert cp.returncode == 4
     assert str(bad) in cp.stderr and "missing required key 'evidence'" in cp.stderr
+
+
+def test_junit_read_back_tells_a_harness_error_by_phase(tmp_path):
+    """A harness error reads back as one from each of the JUnit shapes that carry it: the
+    call's <error> (the controller's), pytest's wrapped setup <error>, and a <failure>
+    (older reports); a rule's failure in an <error> stays a failure of its phase."""
+    from reports.model import HARNESS, FAILED, read_junit
+    cases = {
+        "call": '<error message="harness-error: [case c] harness: fill failed: X">t</error>',
+        "setup": '<error message=\'failed on setup with "harness-error: [case s] harness: open GPU 0 failed"\'>t</error>',
+        "old": '<failure message="harness-error: [case o] harness: copy failed">t</failure>',
+        "rule": '<error message=\'failed on teardown with "[rule R-1] [case r] bytes differ"\'>t</error>',
+    }
+    body = "".join(f'<testcase classname="test_x" name="test_{k}" file="test_x.py" time="0">{v}</testcase>'
+                   for k, v in cases.items())
+    path = tmp_path / "junit.xml"
+    path.write_text(f'<testsuites><testsuite name="pytest" tests="4">{body}</testsuite></testsuites>')
+    got = {cid.split("::")[-1]: (c.state, c.phase) for cid, c in read_junit(path).cases.items()}
+    assert got == {"test_call": (HARNESS, "call"), "test_setup": (HARNESS, "setup"),
+                   "test_old": (HARNESS, "call"), "test_rule": (FAILED, "teardown")}, got
