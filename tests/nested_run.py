@@ -74,8 +74,23 @@ def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = 
                              f"{out[-6000:]}\n--- stderr ---\n{err[-3000:]}") from None
 
 
+def report(folder: Path, name: str = "results.json") -> dict:
+    """Report file ``name`` of run folder ``folder`` (or of a fleet folder: fleet.json),
+    read and checked against its JSON Schema (reports/schemas): every report a self-test
+    reads is one a script could parse."""
+    from reports.schemas import errors
+    data = json.loads((folder / name).read_text())
+    bad = errors(name, data)
+    assert not bad, f"{folder / name} breaks its schema:\n" + "\n".join(bad)
+    return data
+
+
 def results(folder: Path) -> dict:
-    return json.loads((folder / "results.json").read_text())
+    """results.json of ``folder``, checked against its schema, as environment.json is when
+    the run wrote it."""
+    if (folder / "environment.json").exists():
+        report(folder, "environment.json")
+    return report(folder)
 
 
 def states(folder: Path) -> dict[str, str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cuda_layer import build, toolchain
+from nested_run import report
 
 KERNEL = """#include "inc.cuh"
 extern "C" __global__ void k(int* out) { out[threadIdx.x] = VALUE + HEADER_VALUE; }
@@ -342,7 +343,7 @@ def test_the_run_names_a_rebuilt_entry(tmp_path):
     assert cp.returncode == 0, cp.stdout[-3000:]
     assert (f"kernel cache: {good.path} was corrupt (metadata is not JSON): rebuilt"
             in cp.stdout), cp.stdout[-3000:]
-    (used,) = json.loads((out / "environment.json").read_text())["builds"]
+    (used,) = report(out, "environment.json")["builds"]
     assert used["rebuilt"] == [{"entry": good.path, "kind": "corrupt", "why": "metadata is not JSON"}]
     assert Path(good.path).read_bytes() == good.cubin
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nested_run import make_tree, pytest_run
+from nested_run import make_tree, pytest_run, report
 from fixtures.cuda_layer import paths
 
 
@@ -58,14 +58,14 @@ def test_a_run_under_pythondontwritebytecode_fills_the_cache_in_controller_and_w
         def test_two():
             assert 2 + 2 == 4
     """)
-    cache, report = tmp_path / "pyc", tmp_path / "report"
+    cache, out = tmp_path / "pyc", tmp_path / "report"
     # PYTHONPYCACHEPREFIX empty: not the one this run's own harness may have set
-    r = pytest_run(root, "-n", "2", f"--report-dir={report}",
+    r = pytest_run(root, "-n", "2", f"--report-dir={out}",
                    env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "", paths.PYCACHE_ENV: str(cache)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     written = {p.name.split(".")[0] for p in cache.rglob("*.pyc")}
     assert {"harness", "reporting", "controller", "paths"} <= written, sorted(written)[:40]
     assert "test_tiny" in written, "no worker wrote its rewritten test module into the cache"
     assert not list(root.rglob("__pycache__"))
-    env = json.loads((report / "environment.json").read_text())
+    env = report(out, "environment.json")
     assert env["python"]["bytecode_cache"] == str(cache)

@@ -16,7 +16,7 @@ import pytest
 from reports.model import load_run
 
 import nested_run
-from nested_run import pytest_run
+from nested_run import pytest_run, report
 
 
 TESTS = '''
@@ -236,7 +236,7 @@ def test_messages_name_state_rule_and_case(xdist_run):
 
 def test_results_json_states(xdist_run):
     _, out, _ = xdist_run
-    data = json.loads((out / "results.json").read_text())
+    data = report(out)
     assert data["schema"] == "tmac-results/1"
     cases = {c["id"]: c for c in data["cases"]}
     assert cases_only({k: c["state"] for k, c in cases.items()}) == EXPECTED
@@ -266,7 +266,7 @@ def test_junit_and_results_agree(xdist_run):
 
 def test_fingerprint_written_once_by_the_controller(xdist_run):
     _, out, cp = xdist_run
-    env = json.loads((out / "environment.json").read_text())
+    env = report(out, "environment.json")
     assert env["schema"] == "tmac-environment/3" and env["role"] == "controller"
     assert env["command"]["xdist_workers"] == 2
     for key in ("driver", "cuda_runtime", "toolchain", "nvrtc", "cccl", "cuda_headers", "builds", "nvcc",

@@ -8,6 +8,7 @@ import pytest
 from reports.__main__ import main
 
 from reports_helpers import env, run_dir, set_meta
+from nested_run import report
 
 A = "suites/test_load.py::test_load[f16-rank2-swz128]"
 B = "suites/test_load.py::test_load[f32-rank3-swz0]"
@@ -91,7 +92,7 @@ def test_merge_flags_nodes_whose_verdict_is_not_pass(tmp_path, capsys):
     # interrupted (pytest exit status 2), every case it reported passed and alike
     intr = set_meta(run_dir(tmp_path / "intr", SAME, env(host="intr")), exitstatus=2)
     status, md, _ = run_merge(capsys, n1, n2, intr, "--out", tmp_path / "fleet")
-    m = json.loads((tmp_path / "fleet" / "fleet.json").read_text())
+    m = report(tmp_path / "fleet", "fleet.json")
     node = {n["node"]: n for n in m["nodes"]}["intr"]
     assert status == 1 and node["failing"] and not node["flagged"]
     assert node["verdict"]["status"] == "INTERRUPTED"

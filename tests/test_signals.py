@@ -20,7 +20,7 @@ import pytest
 
 from fixtures.cuda_layer.isolation import alive
 
-from nested_run import child_env, make_tree, pytest_start, started_tree, wait_for
+from nested_run import child_env, make_tree, pytest_start, report, started_tree, wait_for
 
 TREE = '''
     import os, time, pytest
@@ -106,7 +106,7 @@ def test_a_signal_ends_the_run_as_ctrl_c_does(tmp_path, sig, whole_group):
     name = signal.Signals(sig).name
     assert rc == 2, text[-4000:]
     assert took < 15, f"the run took {took:.1f} s to stop"     # Slurm kills after 30 s
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert meta["end"] == {"kind": "interrupted", "why": f"received {name}"}, meta["end"]
     assert meta["verdict"].startswith(f"INTERRUPTED: received {name}"), meta["verdict"]
     assert meta["exitstatus"] == 2 and meta["not_reported"] > 0, meta
@@ -134,7 +134,7 @@ def test_a_second_signal_ends_the_run_at_once(tmp_path):
     assert rc == 2, text[-4000:]
     assert took < 15
     if (out / "results.json").exists():
-        meta = json.loads((out / "results.json").read_text())
+        meta = report(out)
         assert meta["verdict"].startswith("INTERRUPTED: received SIGTERM"), meta["verdict"]
     assert not list(out.glob(".*.tmp")), list(out.iterdir())
     assert not _no_process_left(pids), "a worker or the isolated child outlived the run"
@@ -154,7 +154,7 @@ def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
     os.killpg(proc.pid, signal.SIGHUP)
     text, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, text[-3000:]
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert meta["end"] == {"kind": "completed"} and meta["not_reported"] == 0, meta["end"]
 
 
@@ -222,7 +222,7 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
     text = log.read()
     assert rc is not None, f"the run did not end within 180 s of the signal:\n{text[-6000:]}"
     assert rc == 2, text[-3000:]
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert meta["verdict"].startswith("INTERRUPTED: ") and meta["cases"] == [] and meta["exitstatus"] == 2, meta
     junit = ET.parse(out / "junit.xml").getroot()
     props = {p.get("name"): p.get("value") for p in junit.iter("property")}
@@ -259,7 +259,7 @@ def test_a_signal_after_the_reports_leaves_the_exit_status_they_record(tmp_path,
     cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "latesignal", "--require-gpus=0",
                          f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stdout[-2000:], cp.stderr[-2000:])
     assert f"tmac: {sig} after the reports were written: the run ends as they say (exit status 0" in cp.stderr
     assert ET.parse(out / "junit.xml").getroot().find(".//testcase") is not None
@@ -304,7 +304,7 @@ def test_a_stop_that_the_run_swallowed_ends_it_at_the_next_case(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert proc.returncode == meta["exitstatus"] == 2, (proc.returncode, text[-3000:])
     assert meta["verdict"].startswith("INTERRUPTED: received SIGTERM"), meta["verdict"]
     assert sum(c["state"] == "passed" for c in meta["cases"]) <= 1, "the run went on past the next case"
@@ -332,7 +332,7 @@ def test_an_exception_out_of_pytests_teardown_keeps_the_recorded_exit_status(tmp
     env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
     cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "brokenteardown", "--require-gpus=0",
                          f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
-    meta = json.loads((out / "results.json").read_text())
+    meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
     assert "AssertionError: cannot snap in state 'done'" in cp.stderr
     assert "tmac: pytest's own teardown raised AssertionError after the run's reports were written" in cp.stderr

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cuda_layer import toolchain
+from nested_run import report
 
 
 def make_cccl(include: Path, version: int) -> Path:
@@ -169,7 +170,7 @@ def test_the_reports_name_what_the_builds_used(tmp_path):
     out = tmp_path / "out"
     cp = pytest_run(root, "-n", "2", f"--report-dir={out}")
     assert cp.returncode == 0, cp.stdout[-3000:]
-    env = json.loads((out / "environment.json").read_text())
+    env = report(out, "environment.json")
     (used,) = env["builds"]
     assert used["toolchain"] == env["toolchain"] == toolchain.resolve().summary()
     # on a GPU machine the controller also builds the suites' kernels in the background
