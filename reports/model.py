@@ -465,7 +465,7 @@ def read_junit(path: Path) -> Run:
     return run
 
 
-_PHASE_WRAP = re.compile(r'failed on (setup|teardown) with "(.*)"\Z', re.S)
+_PHASE_WRAP = re.compile(r'failed on (setup|teardown) with "(.*)', re.S)
 
 
 def _case_from_testcase(tc: ET.Element) -> CaseResult:
