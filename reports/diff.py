@@ -58,7 +58,7 @@ CLASS_WHAT = {
 ENTRY_CLASSES = ("known-issue-changed", "gpu-missing")   # their rows are not cases
 # The fields of a known-issue entry (results.json meta known_issues.entries, the file's
 # fields) that decide which cases and failures it absorbs; reason and evidence do not.
-KI_FIELDS = ("pattern", "mode", "rule", "match", "driver_min", "driver_max", "compute_capability", "arch",
+KI_FIELDS = ("pattern", "mode", "rule", "facts", "match", "driver_min", "driver_max", "compute_capability", "arch",
              "sweeps", "packages")
 SUITE_XFAIL = "(xfail in the suite)"
 MAX_LIST = 100

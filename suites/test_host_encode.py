@@ -32,7 +32,7 @@ from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap.registry import check, fail_all
+from fixtures.tensormap.registry import RuleError, check, fail_all
 
 ALLOC_BYTES = 1 << 22
 WIDE_ARCH = "im2col_wide.arch_cc100"
@@ -146,7 +146,7 @@ def _disagreement(what, p, verdict, status_name, cc, extra="", target=None) -> R
             lines.append("  probing (inside): " + he.RULES_BY_ID[target].describe())
     if extra:
         lines.append("  " + extra)
-    return RuleDisagreement(what, rid, "\n".join(lines))
+    return RuleDisagreement(what, rid, "\n".join(lines), {"outcome": "status", "status": status_name})
 
 
 def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=None):
@@ -367,7 +367,8 @@ def test_rank1_null_and_empty_strides_agree(gpu, alloc):
         answers[label] = (r.status_name, r.map_bytes)
     names = {k: v[0] for k, v in answers.items()}
     check(len({v[0] for v in answers.values()}) == 1, "global_strides.mult16", "rank1-strides",
-          f"rank 1 answers depend on an array of rank - 1 = 0 elements: {names}")
+          f"rank 1 answers depend on an array of rank - 1 = 0 elements: {names}",
+          {"outcome": "status", "status": " ".join(f"{k}={v}" for k, v in names.items())})
     maps = {v[1] for v in answers.values() if v[1]}
     assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
 
@@ -391,7 +392,8 @@ def test_encode_in_poisoned_context(gpu):
     if after not in DOCUMENTED_STATUSES:
         errors.append(("encode.documented-status",
                        f"cuTensorMapEncodeTiled in a poisoned context returned {after}, which the "
-                       f"driver text does not list for it (it lists {DOCUMENTED_STATUSES})"))
+                       f"driver text does not list for it (it lists {DOCUMENTED_STATUSES})",
+                       {"outcome": "status", "status": after}))
     elif after == "CUDA_SUCCESS" and facts["after"]["bytes"] != facts["before"]["bytes"]:
         errors.append(("encode.deterministic",
                        "cuTensorMapEncodeTiled in a poisoned context succeeded with other bytes "
@@ -400,5 +402,6 @@ def test_encode_in_poisoned_context(gpu):
     if rep not in DOCUMENTED_STATUSES:
         errors.append(("encode.documented-status",
                        f"cuTensorMapReplaceAddress in a poisoned context returned {rep}, which "
-                       f"the driver text does not list for it (it lists {DOCUMENTED_STATUSES})"))
-    fail_all("poisoned-context", [(r, f"{t}\n  facts: {facts}") for r, t in errors])
+                       f"the driver text does not list for it (it lists {DOCUMENTED_STATUSES})",
+                       {"outcome": "status", "status": rep}))
+    fail_all("poisoned-context", [RuleError(e[0], f"{e[1]}\n  facts: {facts}", *e[2:]) for e in errors])

@@ -205,12 +205,13 @@ def test_store_cases_and_the_h100s_row_chunk():
     doc, chunk = lm.store_expected(c), lm.store_expected(c, chunk=True)
     assert doc != chunk and len(doc) == c.tensor_bytes + 64
     assert lm.check_store(c, doc, "x") == []
-    (rule, text), = lm.check_store(c, chunk, "Triton's host map")
+    (rule, text, facts), = lm.check_store(c, chunk, "Triton's host map")
     assert rule == "library.triton.store" and checks.PAST_ROW in text and "triton#11583" in text
+    assert facts == {"outcome": "bytes", "equals": tiled.WITH_DIM0_CHUNK}
     other = bytearray(doc)
     other[-1] ^= 1                             # the guard's last byte: not the row's chunk
-    (rule, text), = lm.check_store(c, bytes(other), "x")
-    assert checks.PAST_ROW not in text and "(guard)" in text
+    (rule, text, facts), = lm.check_store(c, bytes(other), "x")
+    assert checks.PAST_ROW not in text and "(guard)" in text and facts == {"outcome": "bytes"}
     plain = next(c for c in cs if not c.id.endswith("-tail16"))
     assert not tiled.tail_elements(plain.load)
     assert lm.store_expected(plain) == lm.store_expected(plain, chunk=True)

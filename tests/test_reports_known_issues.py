@@ -157,6 +157,28 @@ def test_signature_absorbs_only_the_described_failure():
     assert not m.explains([("map.align64", "x\n  driver: CUDA_ERROR_INVALID_VALUE")])[0]
 
 
+def test_facts_are_the_structured_signature():
+    """An entry with ``facts`` absorbs an error only when the error carries each of them
+    (one of the listed values): an error with no facts (an assertion, a crash of the
+    harness), or with another value, is not it; an unknown fact is a usage error."""
+    from fixtures.tensormap.registry import RuleError
+    (e,) = parse(HEAD.replace('rule = "R"', 'rule = "R-1"\nfacts = { outcome = "trap", '
+                              'status = ["CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_LAUNCH_FAILED"] }'), "x")
+    trap = {"outcome": "trap", "status": "CUDA_ERROR_ILLEGAL_INSTRUCTION"}
+    assert e.explains([RuleError("R-1", "any words", trap)]) == (True, "")
+    assert e.explains([RuleError("R-1", "w", dict(trap, status="CUDA_ERROR_LAUNCH_FAILED"))])[0]
+    ok, why = e.explains([RuleError("R-1", "w", dict(trap, status="CUDA_ERROR_MISALIGNED_ADDRESS"))])
+    assert not ok and "status is CUDA_ERROR_ILLEGAL_INSTRUCTION or CUDA_ERROR_LAUNCH_FAILED" in why
+    ok, why = e.explains([("R-1", "it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION")])   # words only
+    assert not ok and "not known (the failure says none)" in why
+    ok, why = e.explains([RuleError("R-2", "w", trap)])
+    assert not ok and "rule R-2" in why
+    with pytest.raises(KnownIssuesError, match="'facts' must be a table"):
+        parse(HEAD + 'facts = { colour = "red" }\n', "x")
+    with pytest.raises(ValueError, match="unknown fact"):
+        RuleError("R-1", "w", {"colour": "red"})
+
+
 def test_a_failure_the_entry_explains_is_one_line_any_other_keeps_its_traceback():
     """An explained failure becomes a known issue reported by its reason, so pytest's
     traceback of it (every file in it parsed again) is not built: its repr is the
@@ -235,16 +257,72 @@ def test_no_entry_absorbs_a_crash_a_hang_or_a_harness_error(kind, text):
             assert not ok, f"{e.id} absorbs {kind} of rule {rule}: {text!r}"
 
 
-def test_the_dim0_chunk_entries_match_the_one_sentence_both_suites_write():
-    """The *-DIM0-CHUNK entries' signature is the sentence the TMA write checks and the
-    library store check both compose from (tma_box.tiled.PAST_CHUNK), once."""
-    import re
+# Other failures of an entry's own cases, as the suites' checks report them: each must
+# fail as itself, whatever entry its case is listed under.
+OTHER_FAILURES = {
+    "a crash": {"outcome": "crash"},
+    "a hang": {"outcome": "hang"},
+    "other bytes": {"outcome": "bytes"},
+    "bytes equal to another model": {"outcome": "bytes", "equals": "another-model"},
+    "a trap of another error": {"outcome": "trap", "status": "CUDA_ERROR_MISALIGNED_ADDRESS"},
+    "another status": {"outcome": "status", "status": "CUDA_ERROR_NOT_SUPPORTED"},
+    "other map bits": {"outcome": "map-bits", "bits": "w0[0:1]", "map-bits": "w0[0:1]"},
+    "an error with no facts (an assertion, the harness's own exception)": {},
+}
 
-    from fixtures.library_maps import checks as lib_checks
-    from fixtures.tma_box import tiled
-    from fixtures.tma_store import checks as write_checks
-    chunk = [e for e in _entries() if e.id.endswith("DIM0-CHUNK")]
-    assert len(chunk) == 5
-    for e in chunk:
-        assert re.search(e.match, tiled.PAST_CHUNK), e.id
-    assert tiled.PAST_CHUNK in write_checks.PAST_DIM0_CHUNK and lib_checks.PAST_ROW == tiled.PAST_CHUNK
+
+@pytest.mark.parametrize("entry", _entries(), ids=lambda e: e.id)
+def test_each_entry_absorbs_its_own_failure_and_no_other(entry):
+    """The suite's every entry has a structured signature (its rules and facts, never a
+    message's words): its own failure, under each of its rules, is absorbed; the same
+    failure under another rule, and every other failure (a crash, a hang, other bytes,
+    another status, other map bits, an error with no facts) under its own rules, is
+    not."""
+    from fixtures.tensormap.registry import RuleError
+    assert entry.rule and entry.facts and entry.match is None, entry.id
+    own = {k: v[0] for k, v in entry.facts}
+    for rule in entry.rule:
+        assert entry.explains([RuleError(rule, "any words", own)]) == (True, ""), (entry.id, rule)
+    assert not entry.explains([RuleError("another.rule", "any words", own)])[0]
+    for kind, facts in OTHER_FAILURES.items():
+        if all(facts.get(k) in v for k, v in entry.facts):
+            continue                       # (none is: checked below)
+        for rule in entry.rule:
+            ok, why = entry.explains([RuleError(rule, "any words", facts)])
+            assert not ok and why, f"{entry.id} absorbs {kind} of rule {rule}"
+        # and its own failure beside another one is not it either
+        assert not entry.explains([RuleError(entry.rule[0], "w", own),
+                                   RuleError(entry.rule[0], "w", facts)])[0], (entry.id, kind)
+    assert not any(all(f.get(k) in v for k, v in entry.facts) for f in OTHER_FAILURES.values()), entry.id
+
+
+def test_the_checks_give_the_facts_the_entries_match():
+    """The facts of the entries are what the suites' checks say of those failures: a
+    seed-004 interleaved load whose bytes are the measured box, a write that equals the
+    model with dimension 0's last chunk written whole (the TMA and the library checks
+    alike), a trap in the isolated child."""
+    import fixtures.tma_load as tl
+    from fixtures.cuda_layer.isolation import Outcome, fault_facts
+    from fixtures.tma_box import tiled, tiled_cases
+    by_id = {e.id: e for e in _entries()}
+    il16 = next(c for c in tiled_cases.seed004_count_cases() if "-il16-" in c.id)
+    p, tensor = il16.load, tl.TILED.tensor(il16)
+    measured = tiled.load(p, tensor, 0).data
+    err = tl.checks.box_per_seed_004(p, tensor, measured)
+    assert err.facts == {"outcome": "bytes", "equals": "measured-interleave-box"}
+    assert by_id["LOAD-IL16-BOX-NOT-ELEMENTS"].explains([err])[0]
+    other = bytearray(measured)
+    other[0] ^= 0xFF
+    err = tl.checks.box_per_seed_004(p, tensor, bytes(other))
+    assert err.facts == {"outcome": "bytes"} and not by_id["LOAD-IL16-BOX-NOT-ELEMENTS"].explains([err])[0]
+    with tiled.documented_semantics():
+        assert tl.checks.box_per_seed_004(p, tensor, tiled.load(p, tensor, 0).data) is None
+    trap = fault_facts(Outcome("cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True))
+    assert by_id["STORE-NEGATIVE-COORD"].facts == tuple((k, (v,)) for k, v in sorted(trap.items()))
+    assert fault_facts(Outcome("timeout")) == {"outcome": "hang"}
+    assert fault_facts(Outcome("crashed")) == {"outcome": "crash"}
+    assert fault_facts(Outcome("exception", error="RuntimeError: x")) == {}
+    assert {e.facts for e in by_id.values() if e.id.endswith("DIM0-CHUNK")} == {
+        (("equals", (tiled.WITH_DIM0_CHUNK,)), ("outcome", ("bytes",)))}
+
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,9 +19,12 @@ from fixtures.engine.pool import GLOBAL_GUARD
 from fixtures.tma_box import im2col as im, tiled as tm
 from fixtures.tma_store.checks import expected_load
 from fixtures.tensormap.enums import DTYPES
+from fixtures.plugins.known_issues import load
 from fixtures.tensormap.registry import RuleFailure
 from fixtures.tma_store import reduce_cases as rc
 from fixtures.tma_store import reduce_model as rm
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("level,per", [("smoke", 1), ("standard", 34), ("full", 100)])
@@ -91,12 +95,17 @@ def test_check_write_passes_the_model_and_names_a_partial_chunk_write():
         ts.check_write(c, _run_of(c, hw, before), "store")
     assert "up to the next 16-byte boundary" in str(e.value)
     assert str(e.value).startswith(f"[rule {c.rule}] [case {c.id}]")
+    assert e.value.errors[0].facts == {"outcome": "bytes", "equals": "model-with-dim0-chunk"}
+    entry = next(k for k in load(ROOT / "known_issues.toml") if k.id == "STORE-DIM0-CHUNK")
+    assert entry.explains(e.value.errors)[0]                      # its known issue absorbs it
     worse = hw.copy()
     worse[ts.GLOBAL_GUARD] ^= 0xFF                                  # and one more byte wrong
     with pytest.raises(RuleFailure) as e:
         ts.check_write(c, _run_of(c, worse, before), "store")
     assert "up to the next 16-byte boundary" not in str(e.value)
     assert "differ from the model" in str(e.value)
+    assert e.value.errors[0].facts == {"outcome": "bytes"}
+    assert not entry.explains(e.value.errors)[0]                  # ...and not this one
     with pytest.raises(RuleFailure, match="kernel status"):
         ts.check_write(c, _run_of(c, want, before, st.UNWRITTEN), "store")
 
