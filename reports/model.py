@@ -52,7 +52,12 @@ KNOWN_PREFIX = "known-issue "
 XPASS_STRICT = "[XPASS(strict)]"
 
 SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "gpu-lost", "other")
+# A case that records what a stack does where no documented rule decides it ends as a
+# skip whose reason starts with this (its kind: observation): never a pass.
+OBSERVATION_PREFIX = "observation:"
+
 _SKIP_PATTERNS = [
+    ("observation", re.compile(r"^" + re.escape(OBSERVATION_PREFIX))),
     # first: its reason quotes the probe ("a fresh process sees no GPU 0: ...")
     ("gpu-lost", re.compile(r"\bGPU lost\b")),
     ("needs-2-gpus", re.compile(r"needs? (?:at least )?(?:2|two) GPUs|multi[- ]GPU", re.I)),
@@ -155,6 +160,8 @@ class CaseResult:
     phase: str | None = None      # where it failed: setup, call, teardown, collect
     worker: str | None = None
     gpus: dict | None = None      # its state on each GPU it ran on: {"0": "passed", ...}
+    measured: list | None = None  # what its expectation takes from a measurement, not a
+                                  # document: a measured rule, the model's measured readings
     # the timeline (fixtures/plugins/timeline.py): seconds since the session started
     start: float | None = None    # its setup began
     end: float | None = None      # its teardown ended
@@ -400,6 +407,13 @@ class Run:
         for r in self.cases.values():
             c[r.state] += 1
         return c
+
+    def passed_by_basis(self) -> dict[str, int]:
+        """The passed cases by where their expectation comes from: a document's sentence
+        throughout, or (in part) a measurement on a GPU (CaseResult.measured)."""
+        passed = [r for r in self.cases.values() if r.state == PASSED]
+        m = sum(1 for r in passed if r.measured)
+        return {"documented": len(passed) - m, "measured": m}
 
     @property
     def node(self) -> str:

@@ -46,7 +46,7 @@ from fixtures.tensormap import sweep
 from fixtures.tensormap.encode import encode_tiled, replace_address
 from fixtures.tensormap.registry import check, fail, fail_all
 
-FINDINGS_WORDS = de.FINDINGS_WORDS
+DRIVER_ONLY_WORDS = de.DRIVER_ONLY_WORDS
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,7 +143,8 @@ def test_device_footprint(ctx, footprint_key):
     """tensormap.replace of one field writes only bits the driver associates with that
     field (seed 003: "replaces the field, specified by .field qualifier"), and on every
     bit both touch the single-field device map equals the host map. Bits the driver
-    moves but replace never writes are allowed only in FINDINGS' words 8/9."""
+    moves but replace never writes are allowed only in words 8/9 (measured:
+    de.DRIVER_ONLY_WORDS)."""
     key = footprint_key
     host_fp = ctx.layout.footprints.get(key, 0)
     dev_fp = ctx.dev_fps.get(key, 0)
@@ -159,10 +160,10 @@ def test_device_footprint(ctx, footprint_key):
         errs.append(("device-encode.footprint", f"replace of {key} wrote bits outside the "
                     f"field's host footprint: {de.bits_text(ctx, extra)} ({de.SEED003})"))
     host_only = host_fp & ~dev_fp
-    outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in FINDINGS_WORDS)
+    outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in DRIVER_ONLY_WORDS)
     if outside:
         errs.append(("device-encode.footprint", f"the driver moves bits for {key} that "
-                    f"tensormap.replace never writes, outside words {FINDINGS_WORDS} (where the H200 showed "
+                    f"tensormap.replace never writes, outside words {DRIVER_ONLY_WORDS} (where the H200 showed "
                     f"the driver's own bits): "
                     f"{de.bits_text(ctx, outside)}"))
     bad = []
@@ -319,8 +320,8 @@ def _diff_summary(ctx):
 @pytest.mark.rule("device-encode.remaining-bits")
 def test_differing_bits_are_explained(ctx, request):
     """Reports the bits where device maps and host maps still differ, by word and by
-    template kind, and why: FINDINGS.md saw word 8 (different box / dtype template)
-    and words 8 and 9 (from zeros). Fails when a difference is in a word FINDINGS did
+    template kind, and why: the H200 showed word 8 (different box / dtype template)
+    and words 8 and 9 (from zeros) (de.DRIVER_ONLY_WORDS, measured). Fails when a difference is in a word that measurement did
     not report, unless it is a field the target's rank does not have."""
     per, by_kind, cases_with = _diff_summary(ctx)
     lines = []
@@ -335,10 +336,10 @@ def test_differing_bits_are_explained(ctx, request):
     _write_layout(ctx, request.config, summary)
     if lines:
         warnings.warn("device vs host maps differ (by class and word): " + " | ".join(lines))
-    unexplained = {w for k in ("derived", "other") for w in per[k] if w not in FINDINGS_WORDS}
+    unexplained = {w for k in ("derived", "other") for w in per[k] if w not in DRIVER_ONLY_WORDS}
     check(not unexplained, "device-encode.remaining-bits", "all-device-maps",
           f"device and host maps differ in words {sorted(unexplained)}, which the measured "
-          f"layout did not show (it saw {FINDINGS_WORDS}): " + " | ".join(lines))
+          f"layout did not show (it saw {DRIVER_ONLY_WORDS}): " + " | ".join(lines))
 
 
 def _write_layout(ctx, config, summary):

@@ -11,7 +11,7 @@ case at a time until the trapping case is found: it fails, naming the trap, and 
 rest of the batch runs on (fixtures.cuda_layer.isolation.run_contained).  Each test then
 compares its own shared-memory bytes with the model.
 
-Cases that must trap (FINDINGS.md: unaligned inner coordinate) run one by one in a
+Cases that must trap (rule tma-load.trap, measured: unaligned inner coordinate) run one by one in a
 child process (fixtures.cuda_layer.isolation) and must raise CUDA_ERROR_ILLEGAL_INSTRUCTION.
 """
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_smoke_tile_loads_bit_exact(gpu, kernels):
 @pytest.mark.isolated
 @pytest.mark.rule("toolchain.trap-contained")
 def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
-    """A load at inner coordinate 1 (4 bytes) traps (FINDINGS.md:
+    """A load at inner coordinate 1 (4 bytes) traps (measured, rule tma-load.trap:
     CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
     and this worker's own context stays usable."""
     out = run_isolated("fixtures.toolchain.smoke:probe_trap", gpu.arch, kernels.cache_dir,
@@ -100,7 +100,7 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
 @pytest.mark.rule("toolchain.bounded-wait")
 def test_bounded_wait_reports_timeout(gpu, kernels):
     """An mbarrier told to expect more bytes than TMA delivers never completes
-    (FINDINGS.md: it hung forever). The bounded wait turns that into TIMEOUT in
+    (measured on the H200: it hung forever). The bounded wait turns that into TIMEOUT in
     the status words, and the kernel exits."""
     out = run_isolated("fixtures.toolchain.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=120)

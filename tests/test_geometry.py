@@ -88,7 +88,7 @@ def test_dense_strides():
 
 
 def test_rank1_gets_a_one_element_stride_list():
-    """FINDINGS: rank 1 with an EMPTY globalStrides list is rejected, a one-element list
+    """Measured on the H200 (known_issues.toml ENC-RANK1-*): rank 1 with an EMPTY globalStrides list is rejected, a one-element list
     accepted. Every valid-map encode path passes one element; host_encode's raw params
     pass exactly what the case says."""
     assert geo.strides_for_encode(D.FLOAT16, 1, (100,), ()) == [208]

@@ -14,7 +14,7 @@ schema = 1
 id = "KI-1"
 pattern = "suites/test_host_encode.py::test_rule[tiled-rank1-*]"
 reason = "rank 1 with an empty globalStrides list is rejected"
-evidence = "FINDINGS.md: measured on 580 / H200"
+evidence = "measured on 580 / H200"
 rule = "accepts-valid"
 match = "driver: CUDA_ERROR_INVALID_VALUE"
 
@@ -40,7 +40,7 @@ def test_good_file(tmp_path):
     assert (b.mode, b.driver_min, b.driver_max, b.compute_capability, b.arch, b.sweeps) == \
         ("skip", 12080, 13000, ("9.0", "10.0"), ("sm_90a",), ("full",))
     assert a.marker_reason == ("known-issue KI-1: rank 1 with an empty globalStrides list is rejected "
-                               "[evidence: FINDINGS.md: measured on 580 / H200]")
+                               "[evidence: measured on 580 / H200]")
 
 
 def test_empty_file_with_schema_only():

@@ -1,6 +1,6 @@
 """CPU self-tests of the tiled TMA load model (fixtures/tma_box/tiled.py) and of the case
 generator (fixtures/tma_box/tiled_cases.py), against hand-worked examples from seed 004
-(Driver API 6.30), FINDINGS.md and the CUTLASS/CuTe swizzle definition."""
+(Driver API 6.30), the model's measured evidence and the CUTLASS/CuTe swizzle definition."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,7 +101,7 @@ def test_swizzled_load_places_rows():
 
 
 def test_swizzle_follows_the_address_off_the_repeat():
-    """PUBLIC_BUGS (tilelang#2379): a 128B-swizzled destination only 128-byte aligned
+    """tile-ai/tilelang#2379: a 128B-swizzled destination only 128-byte aligned
     gets the pattern of its address bits: at offset 128 the first row is XORed by 1."""
     host = np.arange(32 * 2, dtype=np.float32).reshape(2, 32)
     p = f32_2d((32, 2), (32, 2), (0, 0), swz=Swizzle.B128, smem_offset=128)
@@ -217,7 +217,7 @@ def test_nan_fill_patterns_are_nans():
     (U8, 17, True), (U8, 61, True), (U8, 100, True), (U8, 16, False)],
     ids=lambda v: str(v) if not isinstance(v, DataType) else short(v))
 def test_unaligned_inner_coordinate_traps(dt, c0, traps):
-    """FINDINGS.md: f32 inner coordinates 1, 2, 3, -1 trapped, 0, 4, 8, 12, 16, -4
+    """Rule tma-load.trap's evidence: f32 inner coordinates 1, 2, 3, -1 trapped, 0, 4, 8, 12, 16, -4
     did not; u8 1, 15, 17, 61, 100 trapped, 16 did not."""
     es = tma_model.elem_size(dt)
     p = TiledLoad(dt, 1, (256 // es,), (), (32 // es,), (1,), NONE_IL, Swizzle.NONE, ZERO, (c0,))

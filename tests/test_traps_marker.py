@@ -17,7 +17,7 @@ from nested_run import make_tree, pytest_run, results
 ROOT = Path(__file__).resolve().parent.parent
 
 # The suites' expected traps, read from the suites rather than from the plugin: the tests
-# whose every case must trap (their docstrings: "must trap", FINDINGS.md) and the ones
+# whose every case must trap (their docstrings: "must trap", rule tma-load.trap) and the ones
 # that trap on purpose.
 EXPECTED_TRAP_TESTS = (
     "suites/test_tma_load.py::test_tma_load_trap",
