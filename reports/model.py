@@ -131,8 +131,8 @@ def nodeid_from_junit(classname: str, name: str, file: str | None = None) -> str
     letter (pytest's class naming); the xunit1 ``file`` attribute wins if present.
     """
     parts = classname.split(".") if classname else []
-    if classname + "::" == NODE_PREFIX:       # the node's own case has no module
-        return NODE_PREFIX + name
+    if classname + "::" == NODE_PREFIX:       # the node's own case, as suites before test_node.py named it
+        return NODE_CASE if NODE_PREFIX + name == LEGACY_NODE_CASE else NODE_PREFIX + name
     if file and file.endswith(".py"):
         mod_parts = file[:-3].replace(os.sep, "/").split("/")
         if parts[:len(mod_parts)] == mod_parts:
@@ -285,6 +285,8 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
         try:
             for c in raw:
                 out.append(CaseResult(**{k: v for k, v in c.items() if k in names}))
+                if out[-1].id == LEGACY_NODE_CASE:      # the node's case, by the id it had then
+                    out[-1].id = NODE_CASE
         except (TypeError, AttributeError) as e:
             raise ReportInputError(f"{source}: malformed case entry ({e})") from None
         return out
@@ -300,7 +302,8 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
             gpus = c.get("gpus")
             start, end, setup_s, call_s, teardown_s = t
             out.append(CaseResult(
-                c["id"], c["state"], messages[msg] if msg is not None else "", c.get("rule"),
+                NODE_CASE if c["id"] == LEGACY_NODE_CASE else c["id"], c["state"],
+                messages[msg] if msg is not None else "", c.get("rule"),
                 c.get("skip_kind"), dict(known[ki]) if ki is not None else None,
                 float(c.get("duration") or 0.0), c.get("phase"), c.get("worker"),
                 dict(gpus) if gpus else None, start, end, setup_s, call_s, teardown_s))
@@ -357,7 +360,16 @@ VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPL
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
 EXIT_HARNESS = 3                            # HARNESS ERROR: the harness failed, no rule judged
 EXIT_GPU_LOST = 6                           # ours: the GPU stopped answering mid-run
-NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugins.harness.node_check), not conformance cases
+# The node's own case (fixtures.plugins.harness.node_check), not a conformance case: a test
+# of its own, so that its id reruns as ``pytest ID`` (suites/test_node.py). Reports of
+# suite versions before it name it LEGACY_NODE_CASE: the readers give it this id.
+NODE_CASE = "suites/test_node.py::test_usable_gpus"
+LEGACY_NODE_CASE = "node::usable-gpus"
+NODE_PREFIX = "node::"
+
+
+def is_node_case(case_id: str) -> bool:
+    return case_id == NODE_CASE or case_id.startswith(NODE_PREFIX)
 
 
 def run_verdict(run: "Run") -> Verdict:
@@ -370,7 +382,7 @@ def run_verdict(run: "Run") -> Verdict:
     c = run.counts()
     total = sum(c.values())
     bad = c[FAILED] + c[NOBUILD]
-    conformance = sum(1 for cid in run.cases if not cid.startswith(NODE_PREFIX))
+    conformance = sum(1 for cid in run.cases if not is_node_case(cid))
     meta = run.meta or {}
     end = meta.get("end") or {}
     missing = int(meta.get("not_reported") or 0)
@@ -392,10 +404,12 @@ def run_verdict(run: "Run") -> Verdict:
     lost = gpu_lost_verdict(run, tally)
     if lost is not None:
         return lost
-    node_failed = [r for cid, r in run.cases.items() if cid.startswith(NODE_PREFIX) and r.state == FAILED]
+    node_failed = [r for cid, r in run.cases.items() if is_node_case(cid) and r.state == FAILED]
     if conformance == 0 and node_failed:
         return Verdict("FAIL", f"FAIL: {node_failed[0].message} (no case ran)", "bad")
-    if conformance == 0:
+    if conformance == 0 and not meta.get("collected"):
+        # nothing selected (the node's case, reported whatever the selection, aside); a run
+        # that selected the node's case alone (pytest suites/test_node.py) is judged by it
         return Verdict("NO CASES RAN", "NO CASES RAN" + (f" ({tally})" if total else ""), "bad")
     if missing:
         return Verdict("INCOMPLETE", f"INCOMPLETE: {missing} collected case(s) never reported a "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reports import model
-from reports.model import load_run
+from reports.model import NODE_CASE, load_run
 
 import nested_run
 from nested_run import pytest_run, report
@@ -157,7 +157,7 @@ EXPECTED = {
 }
 
 
-NODE = "node::usable-gpus"     # the node's own case, which every run reports (fixtures.plugins.harness)
+NODE = NODE_CASE     # the node's own case, which every run reports (fixtures.plugins.harness)
 
 
 def cases_only(states: dict) -> dict:
@@ -190,7 +190,7 @@ def test_one_testcase_per_case_id(xdist_run):
     root = ET.parse(out / "junit.xml").getroot()
     cases = [(tc.get("classname"), tc.get("name")) for tc in root.iter("testcase")]
     assert len(cases) == len(set(cases)) == len(EXPECTED) + 1
-    assert ("node", "usable-gpus") in cases
+    assert ("suites.test_node", "test_usable_gpus") in cases
     # valid xunit2: no <properties> inside a <testcase>
     assert not any(tc.find("properties") is not None for tc in root.iter("testcase"))
 
