@@ -299,6 +299,8 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
             c = dict(defaults)
             c.update(row)
             msg, ki, t = c.get("message"), c.get("known_issue"), c.get("t") or (None,) * len(TIME_FIELDS)
+            if any(i is not None and (type(i) is not int or i < 0) for i in (msg, ki)):
+                raise IndexError(f"message {msg!r}, known_issue {ki!r}: not an index")
             gpus = c.get("gpus")
             start, end, setup_s, call_s, teardown_s = t
             out.append(CaseResult(

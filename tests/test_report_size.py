@@ -153,9 +153,11 @@ def test_results_of_schema_1_still_read_the_same(tmp_path):
 
 @pytest.mark.parametrize("break_it, says", [
     (lambda d: d["cases"][0].update(message=99), "malformed case entry 'suites/test_a.py::test_x[1]'"),
+    (lambda d: d["cases"][0].update(message=-1), "malformed case entry 'suites/test_a.py::test_x[1]'"),
     (lambda d: d["case_defaults"].pop("state"), "malformed case entry"),
     (lambda d: d.update(messages="x"), "'messages', 'case_known_issues' or 'case_defaults' is malformed"),
-], ids=["message-index", "no-state", "messages"])
+    (lambda d: d.update(cases=[1]), "malformed case entry 1"),
+], ids=["message-index", "negative-index", "no-state", "messages", "row"])
 def test_a_broken_results_file_is_one_line(tmp_path, break_it, says):
     data = json.loads(json.dumps(model.results_data({"run_id": "r"}, CASE_RESULTS)))
     break_it(data)
