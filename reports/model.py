@@ -16,11 +16,14 @@ A case of a run on several GPUs ran on each of them: ``gpus`` holds its state on
 (ordinal -> state, ``"0": "passed"``), its own state is the worst of them, and the run's
 GPUs (ordinal, name, UUID, PCI bus id) are in ``results.json``'s ``gpu.run``.
 
-A run is read either from ``results.json`` (written by ``fixtures.plugins.reporting``;
-schema ``tmac-results/1``) or from a pytest JUnit XML file (any family): the
-plugin writes its JUnit so that the same states come back out of it
-(message prefixes ``could-not-build:`` and ``known-issue <id>:``, skipped
-``type="pytest.xfail"``).
+A run is read either from ``results.json`` (written by ``fixtures.plugins.controller``
+through :func:`results_data`; schema ``tmac-results/2``, and the previous
+``tmac-results/1``, which fleets of older nodes still write) or from a pytest JUnit XML
+file (any family): the plugin writes its JUnit so that the same states come back out of
+it (message prefixes ``could-not-build:`` and ``known-issue <id>:``, skipped
+``type="pytest.xfail"``; a long skip or xfail reason shared by many cases is written once,
+as the testsuite property ``tmac.reason.N``, and each such ``<skipped>`` message is its
+short form ``<head>: … [tmac.reason.N]``, :func:`short_reason`).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-RESULTS_SCHEMA = "tmac-results/1"
+RESULTS_SCHEMA = "tmac-results/2"
+RESULTS_SCHEMA_1 = "tmac-results/1"     # the previous version, still read (read_results_json)
 ENV_SCHEMA = "tmac-environment/3"
 
 PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
@@ -132,8 +136,8 @@ def nodeid_from_junit(classname: str, name: str, file: str | None = None) -> str
     letter (pytest's class naming); the xunit1 ``file`` attribute wins if present.
     """
     parts = classname.split(".") if classname else []
-    if classname + "::" == NODE_PREFIX:       # the node's own case has no module
-        return NODE_PREFIX + name
+    if classname + "::" == NODE_PREFIX:       # the node's own case, as suites before test_node.py named it
+        return NODE_CASE if NODE_PREFIX + name == LEGACY_NODE_CASE else NODE_PREFIX + name
     if file and file.endswith(".py"):
         mod_parts = file[:-3].replace(os.sep, "/").split("/")
         if parts[:len(mod_parts)] == mod_parts:
@@ -160,20 +164,22 @@ class CaseResult:
     phase: str | None = None      # where it failed: setup, call, teardown, collect
     worker: str | None = None
     gpus: dict | None = None      # its state on each GPU it ran on: {"0": "passed", ...}
-    measured: list | None = None  # what its expectation takes from a measurement, not a
-                                  # document: a measured rule, the model's measured readings
     # the timeline (fixtures/plugins/timeline.py): seconds since the session started
     start: float | None = None    # its setup began
     end: float | None = None      # its teardown ended
     setup_s: float | None = None
     call_s: float | None = None
     teardown_s: float | None = None
+    measured: list | None = None  # what its expectation takes from a measurement, not a
+                                  # document: a measured rule, the model's measured readings
 
     @property
     def suite(self) -> str:
         return suite_of(self.id)
 
     def to_json(self) -> dict:
+        """The case as one JSON object: every field that is set, and its suite (a case of
+        results.json schema 1; schema 2 writes each distinct text once: ``results_data``)."""
         # asdict's deep, recursive copy was most of results.json's writing time (40,000
         # cases at the end of a full run); the fields are flat (known_issue: a dict of str).
         # One pass over the instance's own dict, the empty fields left out (64,642 cases:
@@ -191,6 +197,168 @@ class CaseResult:
 
 
 _CASE_FIELDS = tuple(f.name for f in fields(CaseResult))
+
+
+# results.json, schema 2 (tmac-results/2): every distinct text once. A full sweep on a
+# node without a GPU skips ~70,000 cases with one reason; schema 1 wrote it, and each
+# case's suite, skip kind and phase, once per case (40 MB). Here:
+#   messages            every distinct case message (skip or xfail reason, failure), once
+#   case_known_issues   every distinct known issue of a case ({"id", "reason", ...}), once
+#   case_defaults       the most common value of each of SHARED_FIELDS over the run's cases
+#   cases               per case: its id, and each field of SHARED_FIELDS whose value is not
+#                       the default (null where the case has none and the default is set);
+#                       ``message`` and ``known_issue`` are indexes into the two lists above;
+#                       ``duration`` (to the microsecond, absent when 0); ``t``: its timeline
+#                       [start, end, setup_s, call_s, teardown_s] (absent when it has none);
+#                       ``measured``: an index into case_measured (absent: documented)
+#   case_measured       every distinct list of what a case's expectation takes from a
+#                       measurement rather than a document (CaseResult.measured), once
+# A case is ``case_defaults`` updated with its row (jq: ``.case_defaults + .cases[i]``);
+# its suite is its id's (``suite_of``).
+SHARED_FIELDS = ("state", "message", "rule", "skip_kind", "known_issue", "phase", "worker", "gpus")
+TIME_FIELDS = ("start", "end", "setup_s", "call_s", "teardown_s")
+
+
+def _hashable(v):
+    return tuple(sorted(v.items())) if isinstance(v, dict) else v
+
+
+def results_data(meta: dict, cases) -> dict:
+    """The content of results.json (schema ``RESULTS_SCHEMA``): ``meta``'s keys, then the
+    cases (CaseResult), each distinct text once (see above)."""
+    messages: dict[str, int] = {}
+    known: dict[tuple, int] = {}
+    known_rows: list[dict] = []
+    measured: dict[tuple, int] = {}
+    counts: dict[str, dict] = {k: {} for k in SHARED_FIELDS}
+    signatures: dict[tuple, int] = {}
+    rows = []
+    for c in cases:
+        own = c.__dict__
+        row = {"id": c.id, "state": c.state}
+        if c.message:
+            row["message"] = messages.setdefault(c.message, len(messages))
+        for k in ("rule", "skip_kind", "phase", "worker"):
+            v = own[k]
+            if v is not None and v != "":
+                row[k] = v
+        if c.known_issue:
+            key = _hashable(c.known_issue)
+            i = known.get(key)
+            if i is None:
+                i = known[key] = len(known_rows)
+                known_rows.append(dict(c.known_issue))
+            row["known_issue"] = i
+        if c.gpus:
+            row["gpus"] = dict(c.gpus)
+        if c.duration:
+            row["duration"] = round(c.duration, 6)
+        if c.measured:
+            row["measured"] = measured.setdefault(tuple(c.measured), len(measured))
+        t = [own[k] for k in TIME_FIELDS]
+        if t != [None, None, None, None, None]:
+            row["t"] = t
+        get = row.get
+        sig = (get("state"), get("message"), get("rule"), get("skip_kind"), get("known_issue"), get("phase"),
+               get("worker"), _hashable(c.gpus) if c.gpus else None)       # SHARED_FIELDS' order
+        signatures[sig] = signatures.get(sig, 0) + 1
+        rows.append((row, sig))
+    for sig, n in signatures.items():       # a few distinct ones: each field's counts from them
+        for k, v in zip(SHARED_FIELDS, sig):
+            counts[k][v] = counts[k].get(v, 0) + n
+    best = {k: max(seen.items(), key=lambda kv: kv[1])[0] for k, seen in counts.items() if seen}
+    defaults = {k: dict(v) if isinstance(v, tuple) else v for k, v in best.items() if v is not None}
+    plans = {}      # per signature: the fields its rows leave to the defaults, and those they have not
+    for sig in signatures:
+        pairs = [(k, v) for k, v in zip(SHARED_FIELDS, sig) if k in defaults]
+        plans[sig] = ([k for k, v in pairs if v is not None and v == best[k]], [k for k, v in pairs if v is None])
+    for row, sig in rows:
+        same, unset = plans[sig]
+        for k in same:
+            del row[k]
+        for k in unset:
+            row[k] = None                   # no value, where the default has one
+    out = {k: v for k, v in meta.items() if k != "cases"}
+    out["schema"] = RESULTS_SCHEMA
+    out.update(messages=list(messages), case_known_issues=known_rows,
+               case_measured=[list(m) for m in measured], case_defaults=defaults,
+               cases=[row for row, _ in rows])
+    return out
+
+
+def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
+    """The cases of a results.json's content (schema 1 or 2), as CaseResults; a row that
+    cannot be read raises ReportInputError naming ``source`` and the case."""
+    version = data.get("schema")
+    raw = data.get("cases", [])
+    if not isinstance(raw, list):
+        raise ReportInputError(f"{source}: 'cases' is not a list")
+    out = []
+    if version == RESULTS_SCHEMA_1:
+        names = set(_CASE_FIELDS)
+        try:
+            for c in raw:
+                out.append(CaseResult(**{k: v for k, v in c.items() if k in names}))
+                if out[-1].id == LEGACY_NODE_CASE:      # the node's case, by the id it had then
+                    out[-1].id = NODE_CASE
+        except (TypeError, AttributeError) as e:
+            raise ReportInputError(f"{source}: malformed case entry ({e})") from None
+        return out
+    messages, known = data.get("messages", []), data.get("case_known_issues", [])
+    defaults, measured = data.get("case_defaults", {}), data.get("case_measured", [])
+    if not (isinstance(messages, list) and isinstance(known, list) and isinstance(defaults, dict)
+            and isinstance(measured, list)):
+        raise ReportInputError(f"{source}: 'messages', 'case_known_issues', 'case_measured' or "
+                               f"'case_defaults' is malformed")
+    for row in raw:
+        try:
+            c = dict(defaults)
+            c.update(row)
+            msg, ki, t = c.get("message"), c.get("known_issue"), c.get("t") or (None,) * len(TIME_FIELDS)
+            mi = c.get("measured")
+            if any(i is not None and (type(i) is not int or i < 0) for i in (msg, ki, mi)):
+                raise IndexError(f"message {msg!r}, known_issue {ki!r}, measured {mi!r}: not an index")
+            gpus = c.get("gpus")
+            start, end, setup_s, call_s, teardown_s = t
+            out.append(CaseResult(
+                NODE_CASE if c["id"] == LEGACY_NODE_CASE else c["id"], c["state"],
+                messages[msg] if msg is not None else "", c.get("rule"),
+                c.get("skip_kind"), dict(known[ki]) if ki is not None else None,
+                float(c.get("duration") or 0.0), c.get("phase"), c.get("worker"),
+                dict(gpus) if gpus else None, start, end, setup_s, call_s, teardown_s,
+                list(measured[mi]) if mi is not None else None))
+        except (TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
+            what = row.get("id") if isinstance(row, dict) else row
+            raise ReportInputError(f"{source}: malformed case entry {what!r} "
+                                   f"({type(e).__name__}: {e})") from None
+    return out
+
+
+# JUnit: a skip or xfail reason of REASON_MIN characters or more is written once, as the
+# testsuite property tmac.reason.N, and each <skipped> of it says its short form (the
+# reason's head, up to its first ": " within SHORT_HEAD characters, else its first
+# SHORT_HEAD characters, and the reference): "no GPU: … [tmac.reason.1]".
+REASON_PROPERTY = "tmac.reason."
+REASON_MIN = 64
+SHORT_HEAD = 40
+_REASON_REF = re.compile(r" … \[tmac\.reason\.(\d+)\]\Z")
+
+
+def short_reason(text: str, n: int) -> str:
+    """The short form of reason ``text``, written once as ``tmac.reason.<n>``."""
+    i = text.find(": ", 1, SHORT_HEAD)
+    head = text[:i + 1] if i > 0 else text[:SHORT_HEAD].rstrip()
+    return f"{head} … [{REASON_PROPERTY}{n}]"
+
+
+def full_reason(message: str, reasons: dict[str, str]) -> str:
+    """A JUnit <skipped> message with its short form resolved (``reasons``: the suite's
+    tmac.reason.N properties by N); any other message as it is."""
+    m = _REASON_REF.search(message)
+    if m is None:
+        return message
+    full = reasons.get(m.group(1))
+    return full if full is not None and full.startswith(message[:m.start()]) else message
 
 
 @dataclass(frozen=True)
@@ -212,7 +380,16 @@ VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPL
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
 EXIT_HARNESS = 3                            # HARNESS ERROR: the harness failed, no rule judged
 EXIT_GPU_LOST = 6                           # ours: the GPU stopped answering mid-run
-NODE_PREFIX = "node::"    # the node's own cases (fixtures.plugins.harness.node_check), not conformance cases
+# The node's own case (fixtures.plugins.harness.node_check), not a conformance case: a test
+# of its own, so that its id reruns as ``pytest ID`` (suites/test_node.py). Reports of
+# suite versions before it name it LEGACY_NODE_CASE: the readers give it this id.
+NODE_CASE = "suites/test_node.py::test_usable_gpus"
+LEGACY_NODE_CASE = "node::usable-gpus"
+NODE_PREFIX = "node::"
+
+
+def is_node_case(case_id: str) -> bool:
+    return case_id == NODE_CASE or case_id.startswith(NODE_PREFIX)
 
 
 def run_verdict(run: "Run") -> Verdict:
@@ -225,7 +402,7 @@ def run_verdict(run: "Run") -> Verdict:
     c = run.counts()
     total = sum(c.values())
     bad = c[FAILED] + c[NOBUILD]
-    conformance = sum(1 for cid in run.cases if not cid.startswith(NODE_PREFIX))
+    conformance = sum(1 for cid in run.cases if not is_node_case(cid))
     meta = run.meta or {}
     end = meta.get("end") or {}
     missing = int(meta.get("not_reported") or 0)
@@ -247,10 +424,12 @@ def run_verdict(run: "Run") -> Verdict:
     lost = gpu_lost_verdict(run, tally)
     if lost is not None:
         return lost
-    node_failed = [r for cid, r in run.cases.items() if cid.startswith(NODE_PREFIX) and r.state == FAILED]
+    node_failed = [r for cid, r in run.cases.items() if is_node_case(cid) and r.state == FAILED]
     if conformance == 0 and node_failed:
         return Verdict("FAIL", f"FAIL: {node_failed[0].message} (no case ran)", "bad")
-    if conformance == 0:
+    if conformance == 0 and not meta.get("collected"):
+        # nothing selected (the node's case, reported whatever the selection, aside); a run
+        # that selected the node's case alone (pytest suites/test_node.py) is judged by it
         return Verdict("NO CASES RAN", "NO CASES RAN" + (f" ({tally})" if total else ""), "bad")
     if missing:
         return Verdict("INCOMPLETE", f"INCOMPLETE: {missing} collected case(s) never reported a "
@@ -437,19 +616,16 @@ def read_results_json(path: Path) -> Run:
     data = _read_json(path)
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tmac-results/"):
         raise ReportInputError(f"{path}: not a results file (expected \"schema\": \"{RESULTS_SCHEMA}\")")
-    if data["schema"] != RESULTS_SCHEMA:
-        raise ReportInputError(f"{path}: schema {data['schema']!r} is not supported (this tool reads {RESULTS_SCHEMA})")
+    if data["schema"] not in (RESULTS_SCHEMA, RESULTS_SCHEMA_1):
+        raise ReportInputError(f"{path}: schema {data['schema']!r} is not supported (this tool reads "
+                               f"{RESULTS_SCHEMA} and {RESULTS_SCHEMA_1})")
     run = Run(source=str(path))
-    fields = set(CaseResult.__dataclass_fields__)
-    try:
-        for c in data.get("cases", []):
-            r = CaseResult(**{k: v for k, v in c.items() if k in fields})
-            if r.state not in STATES:
-                raise ReportInputError(f"{path}: case {r.id!r} has unknown state {r.state!r}")
-            run.cases[r.id] = r
-    except TypeError as e:
-        raise ReportInputError(f"{path}: malformed case entry ({e})") from None
-    run.meta = {k: v for k, v in data.items() if k != "cases"}
+    for r in cases_of(data, str(path)):
+        if r.state not in STATES:
+            raise ReportInputError(f"{path}: case {r.id!r} has unknown state {r.state!r}")
+        run.cases[r.id] = r
+    run.meta = {k: v for k, v in data.items() if k not in ("cases", "messages", "case_known_issues",
+                                                          "case_measured", "case_defaults")}
     return run
 
 
@@ -467,12 +643,17 @@ def read_junit(path: Path) -> Run:
         raise ReportInputError(f"{path}: not JUnit XML (root element <{root.tag}>, expected <testsuites> or <testsuite>)")
     run = Run(source=str(path), meta={"from_junit": True})
     for s in suites:
+        reasons: dict[str, str] = {}           # tmac.reason.N: skip and xfail reasons, once
         for p in s.findall("properties/property"):
-            run.env_props[p.get("name", "")] = p.get("value", "")
+            name = p.get("name", "")
+            if name.startswith(REASON_PROPERTY):
+                reasons[name[len(REASON_PROPERTY):]] = p.get("value", "")
+            else:
+                run.env_props[name] = p.get("value", "")
         if s.get("hostname"):
             run.meta.setdefault("host", s.get("hostname"))
         for tc in s.iter("testcase"):
-            r = _case_from_testcase(tc)
+            r = _case_from_testcase(tc, reasons)
             run.cases[r.id] = worse(run.cases.get(r.id), r)
     if not run.cases and not suites:
         raise ReportInputError(f"{path}: JUnit XML without any <testsuite>")
@@ -482,7 +663,7 @@ def read_junit(path: Path) -> Run:
 _PHASE_WRAP = re.compile(r'failed on (setup|teardown) with "(.*)', re.S)
 
 
-def _case_from_testcase(tc: ET.Element) -> CaseResult:
+def _case_from_testcase(tc: ET.Element, reasons: dict[str, str] | None = None) -> CaseResult:
     nodeid = nodeid_from_junit(tc.get("classname", ""), tc.get("name", ""), tc.get("file"))
     dur = float(tc.get("time") or 0.0)
     gpus = parse_gpu_lines(tc.findtext("system-out"))
@@ -507,7 +688,7 @@ def _case_from_testcase(tc: ET.Element) -> CaseResult:
             r.rule = r.rule or "known-issue-no-longer-reproduces"
         return r
     if skip is not None:
-        msg = skip.get("message") or ""
+        msg = full_reason(skip.get("message") or "", reasons or {})
         ki = parse_known(msg)
         if skip.get("type") == "pytest.xfail" or ki:
             if ki:

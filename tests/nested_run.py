@@ -77,11 +77,16 @@ def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = 
 def report(folder: Path, name: str = "results.json") -> dict:
     """Report file ``name`` of run folder ``folder`` (or of a fleet folder: fleet.json),
     read and checked against its JSON Schema (reports/schemas): every report a self-test
-    reads is one a script could parse."""
+    reads is one a script could parse. A results.json's ``cases`` come whole, one object
+    per case with its own message, known issue and suite, as ``reports.model`` reads them
+    (``cases_of``; the file writes each distinct text once)."""
+    from reports.model import cases_of
     from reports.schemas import errors
     data = json.loads((folder / name).read_text())
     bad = errors(name, data)
     assert not bad, f"{folder / name} breaks its schema:\n" + "\n".join(bad)
+    if name == "results.json":
+        data["cases"] = [c.to_json() for c in cases_of(data, str(folder / name))]
     return data
 
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from reports.model import RESULTS_SCHEMA
+from reports.model import CaseResult, results_data
 
 
 def env(driver=13000, kmv="580.65.06", gpu="NVIDIA H200", nvrtc="13.0", host="node1", layout_sha=None) -> dict:
@@ -40,13 +40,14 @@ def env(driver=13000, kmv="580.65.06", gpu="NVIDIA H200", nvrtc="13.0", host="no
 
 def run_dir(path: Path, cases: dict[str, object], environment: dict | None = None,
             layout: dict | None = None, known: list | None = None) -> Path:
-    """cases: id -> state, or id -> dict of CaseResult fields."""
+    """cases: id -> state, or id -> dict of CaseResult fields. results.json is written as
+    the suite writes it (``reports.model.results_data``)."""
     path.mkdir(parents=True, exist_ok=True)
     out = []
     for cid, v in cases.items():
         c = {"id": cid, "state": v} if isinstance(v, str) else dict(v, id=cid)
-        out.append(c)
-    data = {"schema": RESULTS_SCHEMA, "run_id": path.name, "exitstatus": 0, "cases": out}
+        out.append(CaseResult(**c))
+    data = results_data({"run_id": path.name, "exitstatus": 0}, out)
     if known is not None:
         data["known_issues"] = {"file": "known_issues.toml", "entries": known}
     (path / "results.json").write_text(json.dumps(data))

@@ -54,6 +54,7 @@ def test_the_issues_example_ids():
     ("suites/test_device_encode.py::test_replace_field[replace-elemtype=bf16-from-zeros-shared-ptxwrap]", None),
     ("suites/test_fence_scopes.py::test_publish[scope-gpu]", None),
     ("suites/test_host_encode.py::test_encode_is_deterministic[seed3]", None),
+    ("suites/test_node.py::test_usable_gpus", None),
     ("node::usable-gpus", None),
     # a word that only contains a mode is not one
     ("suites/test_host_encode.py::test_rule_case[tiles-im2colx-untile]", None),

@@ -16,6 +16,7 @@ import pytest
 
 from fixtures.cuda_layer import cuda_env
 from reports import model
+from reports.model import NODE_CASE
 
 from nested_run import REPO, make_tree, pytest_run, results
 
@@ -298,8 +299,8 @@ def test_require_gpus_fails_before_any_case_runs(tmp_path):
     cp, out = _run(tmp_path, "-n", "2", "--require-gpus=8")
     assert cp.returncode == 1, cp.stdout + cp.stderr
     meta = results(out)
-    assert [c["id"] for c in meta["cases"]] == ["node::usable-gpus"]
-    assert meta["verdict"].startswith("FAIL: [rule run.usable-gpus] [case usable-gpus] --require-gpus=8: "
+    assert [c["id"] for c in meta["cases"]] == [NODE_CASE]
+    assert meta["verdict"].startswith("FAIL: [rule run.usable-gpus] [case test_usable_gpus] --require-gpus=8: "
                                       "4 usable GPU(s)"), meta["verdict"]
     assert "bringing up nodes" not in cp.stdout        # no worker was started
 

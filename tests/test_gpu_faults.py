@@ -17,6 +17,8 @@ from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.cuda_layer.batching import bucket
 from fixtures.tensormap.enums import Interleave
 
+from reports.model import NODE_CASE
+
 from isolation_targets import TxOverride
 from nested_run import make_tree, pytest_run, results, states
 
@@ -109,7 +111,7 @@ def test_a_worker_killed_in_a_gpu_test(gpu, tmp_path):
                     timeout=240)
     assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
     got = states(out)
-    assert got.pop("node::usable-gpus") == "passed"
+    assert got.pop(NODE_CASE) == "passed"
     crashed = "test_tiny.py::test_on_the_gpu[c17]"
     assert got.pop(crashed) == "failed" and len(got) == 39 and set(got.values()) == {"passed"}, got
     c = {c["id"]: c for c in results(out)["cases"]}[crashed]

@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.cuda_layer import cuda_env
 from reports import model
+from reports.model import NODE_CASE
 
 from nested_run import REPO, make_tree, pytest_run, results
 
@@ -130,7 +131,7 @@ def test_a_gpu_lost_mid_run_stops_the_gpu_work_and_says_so(tmp_path):
         assert c["message"] == f"not run: GPU lost at {lost['at']} during {falls}", c
     assert {cases[i]["worker"] for i in after} - {lost["worker"]}, "the other worker never saw the loss"
     for i in cases:
-        if "test_gpu_before" in i or "test_host_side" in i or i == "node::usable-gpus":
+        if "test_gpu_before" in i or "test_host_side" in i or i == NODE_CASE:
             assert cases[i]["state"] == "passed", cases[i]
     want = f"GPU LOST: GPU 0 stopped answering at {lost['at']} during {falls} ({lost['why']}); 20 GPU case(s) not run"
     assert meta["verdict"].startswith(want), meta["verdict"]

@@ -88,8 +88,10 @@ def test_passes_are_counted_documented_and_measured_and_an_observation_is_not_a_
     })
     assert run.passed_by_basis() == {"documented": 1, "measured": 1}
     assert run.cases["c"].skip_kind == "observation"
-    assert model.CaseResult("b", model.PASSED, measured=["X"]).to_json()["measured"] == ["X"]
-    assert "measured" not in model.CaseResult("a", model.PASSED).to_json()
+    data = model.results_data({"schema": model.RESULTS_SCHEMA}, run.cases.values())
+    assert data["case_measured"] == [["INTERLEAVE_EVIDENCE"], ["rule tma-load.trap"]]
+    back = {c.id: c for c in model.cases_of(data)}
+    assert back == run.cases                            # what each case rests on comes back
 
 
 def test_the_report_only_fence_runs_end_as_observations():

@@ -23,8 +23,11 @@ RESULTS = {
     "gpu": {"usable": 1, "reason": "", "run": [{"ordinal": 0, "name": "NVIDIA H100 80GB HBM3",
                                                "uuid": "GPU-0", "pci_bus_id": "0000:00:06.0"}]},
     "verdict": "PASS: 1 passed", "status": "PASS",
-    "cases": [{"id": "suites/test_x.py::test_x[a]", "state": "passed", "gpus": {"0": "passed"},
-               "duration": 0.1, "suite": "x"}],
+    "messages": ["no GPU: x"], "case_known_issues": [],
+    "case_defaults": {"state": "passed", "gpus": {"0": "passed"}},
+    "cases": [{"id": "suites/test_x.py::test_x[a]", "duration": 0.1, "t": [0.5, 0.6, 0.01, 0.08, 0.01]},
+              {"id": "suites/test_x.py::test_x[b]", "state": "skipped", "message": 0, "skip_kind": "no-gpu",
+               "phase": "setup", "gpus": {"0": "skipped"}}],
 }
 
 
@@ -45,13 +48,17 @@ def test_a_valid_results_file_passes():
 @pytest.mark.parametrize("break_it, where", [
     (lambda d: d.update(status="OK"), "status"),
     (lambda d: d["cases"][0].update(state="ok"), "cases/0/state"),
-    (lambda d: d["cases"][0]["gpus"].update({"0": "fine"}), "cases/0/gpus/0"),
+    (lambda d: d["cases"][1]["gpus"].update({"0": "fine"}), "cases/1/gpus/0"),
     (lambda d: d["cases"][0].update(colour="red"), "cases/0"),
+    (lambda d: d["cases"][1].update(message="no GPU: x"), "cases/1/message"),
+    (lambda d: d["case_defaults"].update(id="x"), "case_defaults"),
+    (lambda d: d.pop("messages"), "(top)"),
     (lambda d: d["counts"].pop("harness-error"), "counts"),
     (lambda d: d.update(schema="tmac-results/0"), "schema"),
     (lambda d: d.pop("verdict"), "(top)"),
     (lambda d: d.update(started="yesterday"), "started"),
-], ids=["status", "state", "gpu-state", "unknown-field", "counts", "version", "no-verdict", "date"])
+], ids=["status", "state", "gpu-state", "unknown-field", "message-text", "default-id", "no-messages",
+        "counts", "version", "no-verdict", "date"])
 def test_a_broken_results_file_is_named_where_it_breaks(break_it, where):
     d = copy.deepcopy(RESULTS)
     break_it(d)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.model import load_run
+from reports import model
+from reports.model import NODE_CASE, load_run
 
 import nested_run
 from nested_run import pytest_run, report
@@ -156,7 +157,7 @@ EXPECTED = {
 }
 
 
-NODE = "node::usable-gpus"     # the node's own case, which every run reports (fixtures.plugins.harness)
+NODE = NODE_CASE     # the node's own case, which every run reports (fixtures.plugins.harness)
 
 
 def cases_only(states: dict) -> dict:
@@ -189,7 +190,7 @@ def test_one_testcase_per_case_id(xdist_run):
     root = ET.parse(out / "junit.xml").getroot()
     cases = [(tc.get("classname"), tc.get("name")) for tc in root.iter("testcase")]
     assert len(cases) == len(set(cases)) == len(EXPECTED) + 1
-    assert ("node", "usable-gpus") in cases
+    assert ("suites.test_node", "test_usable_gpus") in cases
     # valid xunit2: no <properties> inside a <testcase>
     assert not any(tc.find("properties") is not None for tc in root.iter("testcase"))
 
@@ -208,10 +209,16 @@ def test_environment_as_suite_properties(xdist_run):
 
 def test_messages_name_state_rule_and_case(xdist_run):
     _, out, _ = xdist_run
-    msgs = {}
-    for tc in ET.parse(out / "junit.xml").getroot().iter("testcase"):
+    msgs, short = {}, {}
+    root = ET.parse(out / "junit.xml").getroot()
+    reasons = {p.get("name")[len(model.REASON_PROPERTY):]: p.get("value")
+               for p in root.iter("property") if p.get("name").startswith(model.REASON_PROPERTY)}
+    for tc in root.iter("testcase"):
         el = next((e for e in tc if e.tag in ("failure", "error", "skipped")), None)
         msgs[tc.get("name")] = (el.tag, el.get("type"), el.get("message")) if el is not None else None
+        if el is not None and el.tag == "skipped":      # a long reason: written once, as tmac.reason.N
+            short[tc.get("name")] = el.get("message")
+            msgs[tc.get("name")] = (el.tag, el.get("type"), model.full_reason(el.get("message"), reasons))
     assert msgs["test_pass"] is None
     tag, _, m = msgs["test_fail_rule"]
     assert tag == "failure" and m.startswith("[rule R-7] [case test_fail_rule]") and "box 384 > 256" in m
@@ -222,6 +229,7 @@ def test_messages_name_state_rule_and_case(xdist_run):
     tag, typ, m = msgs["test_known_fails"]
     assert (tag, typ) == ("skipped", "pytest.xfail")
     assert m == "known-issue KI-1: fails on this stack [evidence: https://example.invalid/issue/1]"
+    assert short["test_known_fails"].startswith("known-issue KI-1: … [tmac.reason."), short
     tag, _, m = msgs["test_known_passes"]
     assert tag == "failure" and "[XPASS(strict)]" in m and "known-issue KI-2" in m and "no longer" in m
     assert msgs["test_known_skip"][2].startswith("known-issue KI-3: hangs the GPU")
@@ -237,7 +245,7 @@ def test_messages_name_state_rule_and_case(xdist_run):
 def test_results_json_states(xdist_run):
     _, out, _ = xdist_run
     data = report(out)
-    assert data["schema"] == "tmac-results/1"
+    assert data["schema"] == "tmac-results/2"
     cases = {c["id"]: c for c in data["cases"]}
     assert cases_only({k: c["state"] for k, c in cases.items()}) == EXPECTED
     assert cases[NODE]["state"] in ("passed", "skipped")    # no --require-gpus: never failed

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from reports.__main__ import main
+from reports.model import NODE_CASE
 
 from reports_helpers import env, run_dir, set_meta
 from nested_run import report
@@ -114,8 +115,8 @@ def test_merge_unwritable_out_exits_2_with_one_line(tmp_path, capsys):
 
 TOOLCHAIN = [f"suites/test_toolchain.py::test_kernel_builds[k{i}]" for i in range(3)]
 FULL = {**{cid: "passed" for cid in TOOLCHAIN}, **{f"suites/test_load.py::test_load[c{i}]": "passed"
-                                                   for i in range(40)}, "node::usable-gpus": "passed"}
-CUT = {k: v for k, v in FULL.items() if k in TOOLCHAIN or k.startswith("node::")}
+                                                   for i in range(40)}, NODE_CASE: "passed"}
+CUT = {k: v for k, v in FULL.items() if k in TOOLCHAIN or k == NODE_CASE}
 
 
 def by_node(out: str) -> dict:

@@ -13,10 +13,11 @@ import pytest
 
 from fixtures.cuda_layer import cuda_env
 from fixtures.cuda_layer.batching import bucket
+from reports.model import NODE_CASE
 
 from nested_run import make_tree, pytest_run, pytest_start, results, started_tree, states, wait_for
 
-NODE = "node::usable-gpus"
+NODE = NODE_CASE
 USABLE = len(cuda_env.probe().tma_devices) if cuda_env.probe().available else 0
 
 
@@ -253,7 +254,7 @@ def test_a_case_result_as_json_is_its_fields():
     from reports.model import CaseResult
     full = CaseResult("suites/test_x.py::test_a[c1]", "failed", "[rule r] [case c1] no", "r",
                       None, {"id": "KI-1", "reason": "why", "mode": "xfail"}, 0.25, "call", "gw3")
-    bare = CaseResult("node::usable-gpus", "passed")
+    bare = CaseResult(NODE_CASE, "passed")
     for c in (full, bare):
         want = {k: v for k, v in dict(asdict(c), suite=c.suite).items() if v not in (None, "")}
         assert c.to_json() == want

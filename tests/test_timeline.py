@@ -11,7 +11,7 @@ import pytest
 
 from reports import timeline
 from reports.__main__ import main as reports_main
-from reports.model import CaseResult, ReportInputError, Run
+from reports.model import NODE_CASE, CaseResult, ReportInputError, Run
 
 import nested_run
 from nested_run import pytest_run
@@ -50,7 +50,7 @@ def run_dir(tmp_path_factory):
 
 def test_every_case_has_its_start_end_phases_and_worker(run_dir):
     data = nested_run.results(run_dir)
-    cases = {c["id"]: c for c in data["cases"] if not c["id"].startswith("node::")}
+    cases = {c["id"]: c for c in data["cases"] if c["id"] != NODE_CASE}
     assert len(cases) == 8
     for c in cases.values():
         assert 0 < c["start"] <= c["end"] <= data["duration_s"] + 1, c

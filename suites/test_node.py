@@ -1,0 +1,24 @@
+"""The node's own case: can this node run the suite's GPU cases at all (README, 'On a GPU
+node')? Passed when GPUs with tensor maps are usable; failed when the run's GPUs are fewer
+than ``--require-gpus=N`` asks, and by default where an NVIDIA driver is installed but CUDA
+cannot initialize; skipped (no GPU) on a machine without one.
+
+Every run reports it, whatever it selects: run here where the run collected it, else by the
+controller under this test's id (``fixtures.plugins.controller``), so that the id a report
+gives reruns as ``python -m pytest suites/test_node.py::test_usable_gpus``. Its outcome is
+the one the run started with (``fixtures.plugins.harness.node_outcome``): a node that
+fails it runs no other case.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fixtures.plugins.harness import NODE_RULE, node_outcome
+
+
+@pytest.mark.rule(NODE_RULE)
+def test_usable_gpus(request):
+    outcome, message = node_outcome(request.config)
+    if outcome == "skipped":
+        pytest.skip(message)
+    assert outcome == "passed", message
