@@ -357,3 +357,79 @@ def test_a_run_stopped_before_junits_writer_was_set_up_still_gets_its_junit_file
     assert props["tmac.verdict"] == c.verdict.text and props["tmac.host"] == "n7"
     assert props["tmac.count.passed"] == "0" and not list(root.iter("testcase"))
     assert read_junit(path).cases == {}
+
+
+IN_A_REPORT = '''
+import os, signal, pytest
+
+CONTROLLER = []
+
+def pytest_configure(config):
+    CONTROLLER.append(not hasattr(config, "workerinput"))
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    # in the controller, as it records the case's report: after the harness's wrapper
+    # has it, before pytest's JUnit writer has seen it
+    if CONTROLLER[0] and report.when == "call" and report.nodeid == os.environ["TMAC_TEST_CASE"]:
+        os.kill(os.getpid(), getattr(signal, os.environ["TMAC_TEST_SIGNAL"]))
+'''
+
+
+def _junit_ids(path: Path) -> set[str]:
+    from reports.model import read_junit
+    return set(read_junit(path).cases)
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_a_case_is_recorded_leaves_junit_and_results_alike(tmp_path, sig, workers):
+    """A signal whose exception lands while the controller records a case's report (its
+    own record made, pytest's JUnit writer not yet called) stops the run only once every
+    reporter has the report: junit.xml and results.json hold the same cases, that one
+    included. A random-interrupt stress found a Ctrl-C there: results.json held the
+    case, junit.xml a <testcase> without a name (pytest's writer had only its setup)."""
+    root = make_tree(tmp_path / "t", '''
+        import pytest
+        @pytest.mark.parametrize("case", [f"c{i}" for i in range(12)])
+        def test_case(case):
+            pass
+    ''')
+    (root / "inareport.py").write_text(IN_A_REPORT)
+    out, case = tmp_path / "out", "test_tiny.py::test_case[c3]"
+    env = child_env()
+    env.update(TMAC_TEST_SIGNAL=sig, TMAC_TEST_CASE=case,
+               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", workers, "-p", "inareport", "--require-gpus=0",
+                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+                        timeout=120)
+    meta = report(out)
+    assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stdout[-3000:], cp.stderr[-2000:])
+    assert meta["status"] == "INTERRUPTED", meta["verdict"]
+    ids = {c["id"] for c in meta["cases"]}
+    assert case in ids, sorted(ids)
+    assert _junit_ids(out / "junit.xml") == ids
+
+
+def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
+    """A Ctrl-C once the run writes its reports (its last case done: the node's case is
+    being recorded) is said and ignored, as a SIGTERM then is: the reports are written
+    whole, JUnit included, and the process exits with the status they record. It raised
+    KeyboardInterrupt out of the reports' writing: no results.json, no junit.xml."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    (root / "inareport.py").write_text(IN_A_REPORT)
+    out = tmp_path / "out"
+    env = child_env()
+    env.update(TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE="node::usable-gpus",
+               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "inareport", "--require-gpus=0",
+                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert (out / "results.json").is_file() and (out / "junit.xml").is_file(), \
+        (cp.returncode, sorted(p.name for p in out.iterdir()), cp.stderr[-3000:])
+    meta = report(out)
+    assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
+    assert meta["end"] == {"kind": "completed"}, meta["end"]
+    assert _junit_ids(out / "junit.xml") == {c["id"] for c in meta["cases"]} == {
+        "test_tiny.py::test_ok", "node::usable-gpus"}
+    assert "tmac: SIGINT while the reports are written" in cp.stderr, cp.stderr[-3000:]
