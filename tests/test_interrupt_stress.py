@@ -6,8 +6,11 @@ scancel or time limit, a pod's deletion), or ``--run-timeout``.
 
 What every run must show, whatever the moment:
   * it ends, within 30 s of the signal (Slurm kills 30 s after its SIGTERM);
-  * its exit status is 2, or 0 when it had ended before the stop (its reports say
-    "completed", every case reported), never 3 nor pytest's INTERNALERROR;
+  * its exit status is 2, or 0 when it had ended before the stop: every case had
+    finished when the signal was sent, and the reports say "completed" with every case
+    reported (a signal sent before its last case finished must never be lost: a Ctrl-C
+    swallowed by a garbage collector's callback let a run complete and exit 0); never 3
+    nor pytest's INTERNALERROR;
   * where its report folder exists, the folder is whole: results.json (of its schema)
     and junit.xml both there, holding exactly the same case ids, results.json's exit
     status the process's, its verdict INTERRUPTED (TIMED OUT for --run-timeout) when
@@ -22,11 +25,17 @@ What every run must show, whatever the moment:
 
 The number of runs is ``TMAC_STRESS_RUNS`` (default 4, one of each kind: the ordinary
 self-test run stays quick; CI runs 50, ``.ci/run``). The moments are drawn from a seed
-(``TMAC_STRESS_SEED``, else a random one) as fractions of the length of an uninterrupted
-run under the same load, measured first (``TMAC_STRESS_BASE`` gives it instead); the log
-of every run (kind, moment, exit, cases, time to stop) is printed and, with
-``TMAC_STRESS_LOG=FILE``, written as JSON lines. Each failure names its run, kind,
-moment and seed, and the command that replays that run alone (``TMAC_STRESS_ONLY``)."""
+(``TMAC_STRESS_SEED``, else a random one): five runs in eight are stopped a random
+moment after their start (a fraction of the length of an uninterrupted run under the same
+load, measured first; every ``--run-timeout``, which counts from the session's start, is
+of these), three a random delay after their last case finished (up to 1.2 times that
+run's time from its last case to its exit: the last reports, the workers stopping, the
+reports written, pytest's teardown), where a run's end is, whatever its length under the
+load of the moment. ``TMAC_STRESS_BASE=LENGTH,TAIL`` gives the two
+lengths instead of measuring them. The log of every run (kind, moment, exit, cases, time
+to stop) is printed and, with ``TMAC_STRESS_LOG=FILE``, written as JSON lines. Each
+failure names its run, kind, moment and seed, and the command that replays that run
+alone (``TMAC_STRESS_ONLY``)."""
 from __future__ import annotations
 
 import json
@@ -48,7 +57,8 @@ from nested_run import child_env, make_tree, report
 RUNS = int(os.environ.get("TMAC_STRESS_RUNS") or 4)
 SEED = os.environ.get("TMAC_STRESS_SEED") or str(random.SystemRandom().randrange(10**9))
 ONLY = [int(k) for k in (os.environ.get("TMAC_STRESS_ONLY") or "").replace(",", " ").split()]
-BASE = float(os.environ["TMAC_STRESS_BASE"]) if os.environ.get("TMAC_STRESS_BASE") else None
+BASE = tuple(float(x) for x in os.environ["TMAC_STRESS_BASE"].split(",")) if os.environ.get("TMAC_STRESS_BASE") \
+    else None
 LOG = os.environ.get("TMAC_STRESS_LOG")
 
 KINDS = ("SIGINT-group", "SIGTERM-controller", "SIGTERM-group", "run-timeout")
@@ -59,10 +69,14 @@ TAG = "TMAC_STRESS_TAG"
 
 TREE = f'''
     import os, time, pytest
+    DONE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "done")
 
     @pytest.mark.parametrize("case", [f"c{{i}}" for i in range({CASES})])
     def test_case(case):
         time.sleep({CASE_S})
+        fd = os.open(DONE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)   # one byte a case: the
+        os.write(fd, b".")                                            # stress sees the last
+        os.close(fd)
 '''
 
 
@@ -70,14 +84,17 @@ TREE = f'''
 class Outcome:
     run: int
     kind: str
-    fraction: float              # of the uninterrupted run's length
-    at_s: float                  # the signal's moment after the start (--run-timeout: its value)
+    anchor: str                  # "start" or "last case": what the moment counts from
+    at_s: float                  # the signal's moment after the anchor (--run-timeout: its value)
     seed: str
+    fraction: float | None = None    # of an uninterrupted run's length (anchor "start")
     sent: bool = False           # False: the run had ended before the signal
     folder_at_signal: bool | None = None
+    done_at_signal: int | None = None    # cases finished when the signal was sent
     exit: int | None = None
     stop_s: float | None = None  # from the signal (or the timeout's moment) to the exit
     wall_s: float = 0.0
+    tail_s: float = 0.0          # from the last case to the exit (anchor "last case")
     folder: bool = False
     cases: int | None = None
     verdict: str | None = None
@@ -89,26 +106,33 @@ class Outcome:
         stop = f", stopped {self.stop_s:.1f} s after" if self.stop_s is not None and self.sent else ""
         rep = (f"{self.cases} cases in both reports" if self.cases is not None
                else "folder left" if self.folder else "no report folder")
-        return (f"run {self.run} {self.kind} at {self.at_s:.2f} s ({self.fraction:.2f} of a run)"
+        when = (f"at {self.at_s:.2f} s ({self.fraction:.2f} of a run)" if self.anchor == "start"
+                else f"{self.at_s:.2f} s after its last case")
+        return (f"run {self.run} {self.kind} {when}"
                 f"{'' if self.sent else ' (ended first)'}: {what}{stop}, {rep}"
                 + (f", {len(self.left)} process(es) left" if self.left else "")
                 + (f"; {self.verdict}" if self.verdict else ""))
 
-    def replay(self, base: float) -> str:
-        return (f"TMAC_STRESS_SEED={self.seed} TMAC_STRESS_BASE={base:.2f} TMAC_STRESS_ONLY={self.run} "
+    def replay(self, base: tuple[float, float]) -> str:
+        return (f"TMAC_STRESS_SEED={self.seed} TMAC_STRESS_BASE={base[0]:.2f},{base[1]:.2f} "
+                f"TMAC_STRESS_ONLY={self.run} "
                 f"python -m pytest tests/{Path(__file__).name} -p no:cacheprovider")
 
 
-def plan(seed: str, run: int, base: float) -> tuple[str, float, float]:
-    """Run ``run``'s kind (in turn), and its moment: a fifth of the runs while the run
-    starts (before and while its report folder is made), two fifths in its middle, two
-    fifths around its end (the reports written, the workers stopping, pytest's teardown),
-    some after it."""
+def plan(seed: str, run: int, base: tuple[float, float]) -> Outcome:
+    """Run ``run``'s kind and anchor (in turn: each four runs have each kind, each eight
+    each signal after the start and after the last case) and its moment (drawn): after
+    the start, two runs in five while the run starts (before and while its report folder
+    is made, the workers starting), the others later, up to just past its end (module
+    docstring)."""
     rng = random.Random(f"{seed}:{run}")
     kind = KINDS[run % len(KINDS)]
-    u = rng.random()
-    fraction = rng.uniform(0.0, 0.25) if u < 0.2 else rng.uniform(0.25, 0.85) if u < 0.6 else rng.uniform(0.85, 1.1)
-    return kind, fraction, max(0.05, fraction * base)
+    length, tail = base
+    if kind == "run-timeout" or (run + run // len(KINDS)) % 2 == 0:
+        fraction = rng.uniform(0.0, 0.25) if rng.random() < 0.4 else rng.uniform(0.25, 1.05)
+        return Outcome(run, kind, "start", round(max(0.05, fraction * length), 3), seed,
+                       fraction=round(fraction, 3))
+    return Outcome(run, kind, "last case", round(rng.uniform(0.0, 1.2 * tail), 3), seed)
 
 
 def processes_tagged(tag: str) -> dict[int, str]:
@@ -204,14 +228,21 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
     tag = f"{o.seed}-{o.run}-{os.getpid()}-{time.monotonic_ns()}"
     log_path = tmp_path / f"run{o.run}.log"
     extra = [f"--run-timeout={o.at_s:.3f}"] if o.kind == "run-timeout" else []
+    done = root / "done"
+    done.unlink(missing_ok=True)
     with log_path.open("w+") as log:
         t0 = time.monotonic()
         proc = start(root, out, tag, log, *extra)
         try:
+            t_anchor = t0
+            if o.anchor == "last case" or o.kind == "none":
+                while proc.poll() is None and (not done.exists() or done.stat().st_size < CASES):
+                    time.sleep(0.005)
+                t_anchor = time.monotonic()
             if o.kind in ("run-timeout", "none"):   # --run-timeout counts from the session's start
-                t_sig = t0 + o.at_s
+                t_sig = t_anchor + o.at_s
             else:
-                while time.monotonic() < t0 + o.at_s and proc.poll() is None:
+                while time.monotonic() < t_anchor + o.at_s and proc.poll() is None:
                     time.sleep(0.005)
                 t_sig = time.monotonic()
                 if proc.poll() is None:
@@ -223,6 +254,8 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
                     else:
                         proc.send_signal(signal.SIGTERM)
                     o.sent = True
+                    # read once it is sent: a case that finishes meanwhile counts as before it
+                    o.done_at_signal = done.stat().st_size if done.exists() else 0
             try:
                 o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + HANG_S)
             except subprocess.TimeoutExpired:
@@ -235,6 +268,7 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         o.wall_s = round(t_end - t0, 2)
+        o.tail_s = round(t_end - t_anchor, 2)
         if o.kind == "run-timeout":
             o.sent = o.exit != 0               # 0: the run ended before its timeout
         if o.sent and o.exit is not None and t_end > t_sig:
@@ -244,6 +278,9 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
     if o.exit is not None:
         if o.exit not in (0, 2, -signal.SIGINT, -signal.SIGTERM):
             o.problems.append(f"exit status {o.exit}")
+        if o.exit == 0 and o.done_at_signal is not None and o.done_at_signal < CASES:
+            o.problems.append(f"signalled with {o.done_at_signal} of {CASES} cases finished, the run "
+                              f"completed and exited 0: the stop was lost")
         if o.stop_s is not None and o.stop_s > STOP_BOUND_S and o.kind != "run-timeout":
             o.problems.append(f"ended {o.stop_s:.1f} s after the signal: a scheduler kills after {STOP_BOUND_S:g} s")
     if "INTERNALERROR" in text:
@@ -263,16 +300,16 @@ def test_random_interrupts_end_every_run_whole(tmp_path, busy):
     root = make_tree(tmp_path / "t", TREE)
     t_all = time.monotonic()
     base = BASE
-    if base is None:                    # an uninterrupted run under the same load: its length
-        o = stress_run(tmp_path, root, Outcome(-1, "none", 1.0, 0.0, SEED))
+    if base is None:                    # an uninterrupted run under the same load: its lengths
+        o = stress_run(tmp_path, root, Outcome(-1, "none", "last case", 0.0, SEED))
         assert not o.problems and o.exit == 0 and o.cases == CASES + 1, \
             f"the uninterrupted run ({o.line()}):\n" + "\n".join(o.problems)
-        base = o.wall_s
-    print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run takes {base:.2f} s")
+        base = (o.wall_s, o.tail_s)
+    print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run takes {base[0]:.2f} s, "
+          f"{base[1]:.2f} s of it after its last case")
     outcomes = []
     for k in ONLY or range(RUNS):
-        kind, fraction, at = plan(SEED, k, base)
-        o = stress_run(tmp_path, root, Outcome(k, kind, round(fraction, 3), round(at, 3), SEED))
+        o = stress_run(tmp_path, root, plan(SEED, k, base))
         outcomes.append(o)
         print(o.line() + (f"  <-- {o.problems[0]}" if o.problems else ""), flush=True)
         if LOG:
