@@ -20,7 +20,7 @@ import pytest
 
 from fixtures.cuda_layer.isolation import alive
 
-from nested_run import child_env, make_tree, pytest_start, report, started_tree, wait_for
+from nested_run import child_env, make_tree, pytest_argv, pytest_start, report, started_tree, wait_for
 
 # What a signalled run must beat: Slurm sends SIGKILL 30 s after its SIGTERM (KillWait),
 # Kubernetes 30 s after (terminationGracePeriodSeconds). Not the controller's own grace
@@ -206,8 +206,8 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
     env = child_env()
     env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]),
                PYTHONFAULTHANDLER="1")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "slowstart",
-                             f"--report-dir={out}"], cwd=root, env=env, stdout=log,
+    proc = subprocess.Popen(pytest_argv("-n", "2", "-p", "slowstart",
+                             f"--report-dir={out}"), cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     rc = None
     try:
@@ -262,8 +262,8 @@ def test_a_signal_after_the_reports_leaves_the_exit_status_they_record(tmp_path,
     out = tmp_path / "out"
     env = child_env()
     env.update(TMAC_TEST_SIGNAL=sig, PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "latesignal", "--require-gpus=0",
-                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "latesignal", "--require-gpus=0",
+                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stdout[-2000:], cp.stderr[-2000:])
@@ -299,8 +299,8 @@ def test_a_stop_that_the_run_swallowed_ends_it_at_the_next_case(tmp_path):
     flag, out = tmp_path / "started", tmp_path / "out"
     env = child_env()
     env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "0", "-p", "swallows", "--require-gpus=0",
-                             f"--report-dir={out}"], cwd=root, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(pytest_argv("-n", "0", "-p", "swallows", "--require-gpus=0",
+                             f"--report-dir={out}"), cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert wait_for(flag, 120, proc), "the session never started"
@@ -336,8 +336,8 @@ def test_an_exception_out_of_pytests_teardown_keeps_the_recorded_exit_status(tmp
     out = tmp_path / "out"
     env = child_env()
     env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "brokenteardown", "--require-gpus=0",
-                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "brokenteardown", "--require-gpus=0",
+                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
     assert "AssertionError: cannot snap in state 'done'" in cp.stderr
@@ -406,8 +406,8 @@ def test_a_signal_while_a_case_is_recorded_leaves_junit_and_results_alike(tmp_pa
     env = child_env()
     env.update(TMAC_TEST_SIGNAL=sig, TMAC_TEST_CASE=case,
                PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", workers, "-p", "inareport", "--require-gpus=0",
-                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+    cp = subprocess.run(pytest_argv("-n", workers, "-p", "inareport", "--require-gpus=0",
+                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stdout[-3000:], cp.stderr[-2000:])
@@ -428,8 +428,8 @@ def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
     env = child_env()
     env.update(TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE="node::usable-gpus",
                PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "inareport", "--require-gpus=0",
-                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True,
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "inareport", "--require-gpus=0",
+                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     assert (out / "results.json").is_file() and (out / "junit.xml").is_file(), \
         (cp.returncode, sorted(p.name for p in out.iterdir()), cp.stderr[-3000:])
@@ -498,8 +498,8 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_run(tmp_path, where,
     env = child_env()
     env.update(TMAC_TEST_WHERE=where, TMAC_TEST_FLAG=str(flag),
                PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
-    cp = subprocess.run([sys.executable, "-m", "pytest", "-n", workers, "-p", "swallowedctrlc", "--require-gpus=0",
-                         f"--report-dir={out}"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    cp = subprocess.run(pytest_argv("-n", workers, "-p", "swallowedctrlc", "--require-gpus=0",
+                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert flag.exists(), ("the Ctrl-C was not swallowed: this test tests nothing", cp.stderr[-3000:])
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stdout[-3000:], cp.stderr[-2000:])
@@ -507,3 +507,21 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_run(tmp_path, where,
     passed = sum(c["state"] == "passed" for c in meta["cases"])
     assert passed <= (2 if where == "start" else 40), f"{passed} cases passed after the Ctrl-C"
     assert _junit_ids(out / "junit.xml") == {c["id"] for c in meta["cases"]}
+
+
+def test_a_nested_run_gets_ctrl_c_whatever_this_run_inherited():
+    """A process started with SIGINT ignored (here: as a background job of a script is)
+    passes that on through exec: a plain child ignores Ctrl-C too; one started with
+    nested_run's command has Python's own Ctrl-C handler, as from a terminal (the
+    self-tests that Ctrl-C a nested run failed when the self-test run was such a job)."""
+    show = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    code = ("import signal, subprocess, sys\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "from nested_run import python_argv\n"
+            f"show = {show!r}\n"
+            "for argv in ([sys.executable, '-c', show], python_argv('-c', show)):\n"
+            "    print(subprocess.run(argv, capture_output=True, text=True).stdout.strip())\n")
+    cp = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent)],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.stdout.split() == ["False", "True"], (cp.stdout, cp.stderr[-2000:])
