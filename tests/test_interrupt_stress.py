@@ -64,6 +64,7 @@ LOG = os.environ.get("TMAC_STRESS_LOG")
 KINDS = ("SIGINT-group", "SIGTERM-controller", "SIGTERM-group", "run-timeout")
 CASES, CASE_S = 300, 0.02
 STOP_BOUND_S = 30.0        # Slurm's KillWait, Kubernetes' grace period: SIGKILL after 30 s
+SLOW_S = 5.0               # a run still there this long after its stop: where each process waits
 HANG_S = 120.0             # past this, the run is stopped (its threads' stacks dumped first)
 TAG = "TMAC_STRESS_TAG"
 
@@ -99,6 +100,7 @@ class Outcome:
     cases: int | None = None
     verdict: str | None = None
     left: list = field(default_factory=list)
+    slow: list = field(default_factory=list)     # SLOW_S after the stop: its processes' waits
     problems: list = field(default_factory=list)
 
     def line(self) -> str:
@@ -111,6 +113,7 @@ class Outcome:
         return (f"run {self.run} {self.kind} {when}"
                 f"{'' if self.sent else ' (ended first)'}: {what}{stop}, {rep}"
                 + (f", {len(self.left)} process(es) left" if self.left else "")
+                + (f"; {SLOW_S:g} s after the stop: " + " | ".join(self.slow) if self.slow else "")
                 + (f"; {self.verdict}" if self.verdict else ""))
 
     def replay(self, base: tuple[float, float]) -> str:
@@ -151,6 +154,25 @@ def processes_tagged(tag: str) -> dict[int, str]:
         except OSError:          # ended meanwhile, or not ours to read
             pass
     return found
+
+
+def waits(tag: str) -> list[str]:
+    """Where each process of the run waits: its state and each thread's kernel wait
+    channel (/proc; e.g. do_wait: a parent waiting for a child, futex: a lock or the GIL,
+    poll: a pipe), to tell which process a slow stop waited for."""
+    out = []
+    for pid, cmd in sorted(processes_tagged(tag).items()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            chans: dict[str, int] = {}
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                w = (task / "wchan").read_text().strip() or "-"
+                chans[w] = chans.get(w, 0) + 1
+        except OSError:
+            continue
+        who = "controller" if "-m pytest" in cmd else "worker" if "sys.stdin" in cmd else cmd[:40]
+        out.append(f"{pid} {who} {state} " + ",".join(f"{w}x{n}" if n > 1 else w for w, n in sorted(chans.items())))
+    return out
 
 
 def left_processes(tag: str, wait_s: float = 10.0) -> dict[int, str]:
@@ -257,7 +279,11 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
                     # read once it is sent: a case that finishes meanwhile counts as before it
                     o.done_at_signal = done.stat().st_size if done.exists() else 0
             try:
-                o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + HANG_S)
+                try:
+                    o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + SLOW_S)
+                except subprocess.TimeoutExpired:
+                    o.slow = waits(tag)
+                    o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + HANG_S)
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGABRT)       # faulthandler: every thread's stack
                 time.sleep(3)
@@ -322,7 +348,8 @@ def test_random_interrupts_end_every_run_whole(tmp_path, busy):
     print(f"stress: {len(outcomes)} runs in {time.monotonic() - t_all:.0f} s, exits {exits}, "
           f"{sum(o.folder for o in outcomes)} with a report folder, "
           f"{sum(bool(o.left) for o in outcomes)} leaving processes, {len(bad)} with problems; "
-          f"longest stop {max((o.stop_s or 0 for o in outcomes), default=0):.1f} s")
+          f"longest stop {max((o.stop_s or 0 for o in outcomes), default=0):.1f} s, "
+          f"{sum(bool(o.slow) for o in outcomes)} over {SLOW_S:g} s")
     assert not bad, "\n\n".join(
         f"{o.line()} [seed {o.seed}]\n  " + "\n  ".join(o.problems) + f"\n  replay: {o.replay(base)}"
         for o in bad)
