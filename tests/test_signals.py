@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cuda_layer.isolation import alive
+from fixtures.plugins import run_lock
 
 from nested_run import child_env, make_tree, pytest_argv, pytest_start, report, started_tree, wait_for
 
@@ -527,3 +528,41 @@ def test_a_nested_run_gets_ctrl_c_whatever_this_run_inherited():
     cp = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent)],
                         capture_output=True, text=True, timeout=60)
     assert cp.stdout.split() == ["False", "True"], (cp.stdout, cp.stderr[-2000:])
+
+
+WHILE_THE_FOLDER_IS_MADE = '''
+import os, signal
+from fixtures.plugins import run_lock
+
+_write = run_lock.write_json
+
+def write_json(path, data, **kw):
+    # the report folder made and its lock taken, the lock's owner file not yet written
+    if path.name == run_lock.OWNER_FILE:
+        os.kill(os.getpid(), getattr(signal, os.environ["TMAC_TEST_SIGNAL"]))
+    return _write(path, data, **kw)
+
+run_lock.write_json = write_json
+'''
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_report_folder_is_made_leaves_it_whole(tmp_path, sig):
+    """A signal that comes while the run makes and locks its report folder (before its
+    session) ends the run with the folder whole: results.json and junit.xml, the verdict
+    INTERRUPTED, exit status 2; never a folder holding only its lock, which a fleet merge
+    reads as a node without a report (what a stop raised there left)."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    (root / "whilefolder.py").write_text(WHILE_THE_FOLDER_IS_MADE)
+    out = tmp_path / "out"
+    env = child_env()
+    env.update(TMAC_TEST_SIGNAL=sig, PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cp = subprocess.run(pytest_argv("-n", "2", "-p", "whilefolder", f"--report-dir={out}"), cwd=root, env=env,
+                        capture_output=True, text=True, timeout=120)
+    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert {"results.json", "junit.xml"} <= set(names), (cp.returncode, names, cp.stderr[-3000:])
+    meta = report(out)
+    assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stderr[-3000:])
+    assert meta["verdict"].startswith("INTERRUPTED: ") and meta["cases"] == [], meta["verdict"]
+    assert _junit_ids(out / "junit.xml") == set()
+    assert not [n for n in names if n.startswith(".") and n != run_lock.LOCK_FILE], names
