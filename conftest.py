@@ -1,4 +1,6 @@
 """The one conftest: it only wires the harness plugins in fixtures/."""
+import importlib
+
 import pytest
 
 from fixtures.cuda_layer.paths import keep_bytecode
@@ -14,3 +16,24 @@ keep_bytecode()
 pytest.register_assert_rewrite("fixtures.plugins")
 pytest_plugins = ["fixtures.plugins.heap", "fixtures.plugins.harness", "fixtures.plugins.known_issues",
                   "fixtures.plugins.every_gpu", "fixtures.plugins.reporting", "fixtures.plugins.controller"]
+
+
+def _import_plugins() -> None:
+    """The plugins imported here, before pytest registers them: a Ctrl-C meanwhile is a
+    Ctrl-C. CPython 3.11 raises whatever a class body's ``__set_name__`` raises (a
+    dataclass field's) as a RuntimeError: a Ctrl-C landing there became "a plugin broken
+    on import", pytest's internal error, exit status 3. Raised as itself, it ends the
+    process as a Ctrl-C during pytest's own start-up does (killed by SIGINT)."""
+    try:
+        for name in pytest_plugins:
+            importlib.import_module(name)
+    except RuntimeError as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, KeyboardInterrupt):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise cause from exc
+
+
+_import_plugins()

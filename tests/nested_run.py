@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,30 @@ def started_tree(root: Path, started: Path, cases: int, sleep_s: float) -> Path:
     ''')
 
 
+# A nested run gets Ctrl-C as a run started from a terminal does, whatever this process
+# inherited: a self-test run started with SIGINT ignored (a background job of a script,
+# which POSIX shells start with SIGINT and SIGQUIT ignored; some CI runners) passes the
+# ignoring on through exec, and a run started so rightly keeps ignoring Ctrl-C (Python
+# installs no handler, the controller none either, as under nohup for SIGHUP): every
+# self-test that Ctrl-Cs a nested run failed (one whose run was stopped at its session's
+# start waited out the 60 s its session's start took). So then the nested Python starts
+# through this, which gives SIGINT its default back and execs the command.
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
+def python_argv(*args: str) -> list[str]:
+    """The command of a nested ``python ARGS``, with Ctrl-C's default handling."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return [sys.executable, "-c", _SIGINT_DEFAULT, *args]
+    return [sys.executable, *args]
+
+
+def pytest_argv(*args: str) -> list[str]:
+    """The command of a nested ``python -m pytest ARGS`` (``python_argv``)."""
+    return python_argv("-m", "pytest", *args)
+
+
 def child_env(env: dict | None = None) -> dict:
     """The environment of a nested run: the repository on the path, none of the outer
     run's xdist, addopts or GPU requirement."""
@@ -51,7 +76,7 @@ def pytest_start(root: Path, *args: str, **popen) -> subprocess.Popen:
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.STDOUT)
     popen.setdefault("text", popen["stdout"] == subprocess.PIPE)
-    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root, env=child_env(), **popen)
+    return subprocess.Popen(pytest_argv(*args), cwd=root, env=child_env(), **popen)
 
 
 def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = None) -> bool:
@@ -65,7 +90,7 @@ def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = No
 def pytest_run(root: Path, *args: str, timeout: float = 240, env: dict | None = None
                ) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=child_env(env),
+        return subprocess.run(pytest_argv(*args), cwd=root, env=child_env(env),
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""

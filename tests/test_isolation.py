@@ -62,7 +62,9 @@ def test_crash_becomes_result_and_next_call_works(runner):
 
 def test_timeout_kills_the_child(runner):
     out = call(runner, "hang", timeout=1.0)
-    assert out.kind == "timeout" and out.seconds < 10, out
+    # the bound applied: the call did not last the hang's 60 s (half of it, so that a
+    # loaded machine's seconds never decide; the outcome's kind says the rest)
+    assert out.kind == "timeout" and out.seconds < 30, out
     assert call(runner, "add", 1, 2).value == 3
 
 
