@@ -20,6 +20,7 @@ import pytest
 
 from fixtures.cuda_layer.isolation import alive
 from fixtures.plugins import run_lock
+from reports.model import NODE_CASE
 
 from nested_run import child_env, make_tree, pytest_argv, pytest_start, report, started_tree, wait_for
 
@@ -429,7 +430,7 @@ def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
     (root / "inareport.py").write_text(IN_A_REPORT)
     out = tmp_path / "out"
     env = child_env()
-    env.update(TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE="node::usable-gpus",
+    env.update(TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE=NODE_CASE,
                PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "inareport", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
@@ -440,7 +441,7 @@ def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
     assert meta["end"] == {"kind": "completed"}, meta["end"]
     assert _junit_ids(out / "junit.xml") == {c["id"] for c in meta["cases"]} == {
-        "test_tiny.py::test_ok", "node::usable-gpus"}
+        "test_tiny.py::test_ok", NODE_CASE}
     assert "tmac: SIGINT while the reports are written" in cp.stderr, cp.stderr[-3000:]
 
 
