@@ -28,14 +28,14 @@ What every run must show, whatever the moment:
 The number of runs is ``TMAC_STRESS_RUNS`` (default 4, one of each kind: the ordinary
 self-test run stays quick; CI runs 50, ``.ci/run``). The moments are drawn from a seed
 (``TMAC_STRESS_SEED``, else a random one): five runs in eight are stopped a random
-moment after their start (a fraction of the length of an uninterrupted run under the same
-load, measured first, or ``TMAC_STRESS_BASE=SECONDS``; every ``--run-timeout``, which
-counts from the session's start, is of these), three a random delay after their last
-case finished, where a run's end is whatever its length under the load of the moment:
-the last reports, the reports written, the workers stopping, pytest's teardown. That end
-took 0.1 s in most runs and up to 2.7 s (xdist waiting for its workers to exit) in
-others alike, so the delay is drawn log-uniformly from 1 ms to 3.2 s: two in three under
-0.2 s. The log of every run (kind, moment, exit, cases, time to stop) is printed and,
+moment after their start (a fraction of the time an uninterrupted run under the same
+load takes to finish its last case, measured first, or ``TMAC_STRESS_BASE=SECONDS``;
+every ``--run-timeout``, which counts from the session's start, is of these), three a
+random delay after their last case finished, where a run's end is whatever its length
+under the load of the moment: the last reports, the reports written, the workers
+stopping, pytest's teardown. That end took 0.1 s in most runs and 2.7 to 11 s (after
+the reports: xdist waiting for its workers to exit) in a few alike, so the delay is
+drawn log-uniformly from 1 ms to 3.2 s: two in three under 0.2 s. The log of every run (kind, moment, exit, cases, time to stop) is printed and,
 with ``TMAC_STRESS_LOG=FILE``, written as JSON lines. Each failure names its run, kind,
 moment and seed, and the command that replays that run alone (``TMAC_STRESS_ONLY``)."""
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Outcome:
         stop = f", stopped {self.stop_s:.1f} s after" if self.stop_s is not None and self.sent else ""
         rep = (f"{self.cases} cases in both reports" if self.cases is not None
                else "folder left" if self.folder else "no report folder")
-        when = (f"at {self.at_s:.2f} s ({self.fraction:.2f} of a run)" if self.anchor == "start"
+        when = (f"at {self.at_s:.2f} s ({self.fraction:.2f} of the way to its last case)" if self.anchor == "start"
                 else f"{self.at_s:.3f} s after its last case")
         return (f"run {self.run} {self.kind} {when}"
                 f"{'' if self.sent else ' (ended first)'}: {what}{stop}, {rep}"
@@ -338,11 +338,12 @@ def test_random_interrupts_end_every_run_whole(tmp_path, busy):
         o = stress_run(tmp_path, root, Outcome(-1, "none", "last case", 0.0, SEED))
         assert not o.problems and o.exit == 0 and o.cases == CASES + 1, \
             f"the uninterrupted run ({o.line()}):\n" + "\n".join(o.problems)
-        base = o.wall_s
-        print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run takes {base:.2f} s, "
-              f"{o.tail_s:.2f} s of it after its last case")
+        base = round(o.wall_s - o.tail_s, 2)
+        print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run takes {o.wall_s:.2f} s, "
+              f"{base:.2f} s to its last case")
     else:
-        print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run taken as {base:.2f} s")
+        print(f"\nstress: seed {SEED}, {busy} spinning processes, an uninterrupted run's last case taken "
+              f"as at {base:.2f} s")
     outcomes = []
     for k in ONLY or range(RUNS):
         o = stress_run(tmp_path, root, plan(SEED, k, base))
