@@ -82,6 +82,17 @@ TREE = f'''
 '''
 
 
+# Loaded by every process of a run (-p): SIGUSR2 (which the harness does not use) makes
+# it write every thread's Python stack to the run's log, and go on (to a copy of its
+# stderr taken now: a worker's pytest points its stderr at a case's capture meanwhile).
+STACKS_PLUGIN = '''
+import faulthandler, os, signal
+LOG = os.fdopen(os.dup(2), "w")
+faulthandler.register(signal.SIGUSR2, file=LOG, all_threads=True)
+'''
+STACKS_MARK = "Current thread 0x"
+
+
 @dataclass
 class Outcome:
     run: int
@@ -102,6 +113,7 @@ class Outcome:
     verdict: str | None = None
     left: list = field(default_factory=list)
     slow: list = field(default_factory=list)     # SLOW_S after the stop: its processes' waits
+    stacks: str = ""                             # and their threads' Python stacks
     problems: list = field(default_factory=list)
 
     def line(self) -> str:
@@ -203,7 +215,8 @@ def busy():
 
 def start(root: Path, out: Path, tag: str, log, *extra: str) -> subprocess.Popen:
     env = child_env({TAG: tag, "PYTHONFAULTHANDLER": "1"})
-    return subprocess.Popen(pytest_argv("-n", "2", "-q", f"--report-dir={out}", *extra),
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])
+    return subprocess.Popen(pytest_argv("-n", "2", "-q", "-p", "stressstacks", f"--report-dir={out}", *extra),
                             cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -291,6 +304,11 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
                     o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + SLOW_S)
                 except subprocess.TimeoutExpired:
                     o.slow = waits(tag)
+                    for pid in processes_tagged(tag):      # their stacks into the log (STACKS_PLUGIN)
+                        try:
+                            os.kill(pid, signal.SIGUSR2)
+                        except OSError:
+                            pass
                     o.exit = proc.wait(timeout=max(0.0, t_sig - time.monotonic()) + HANG_S)
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGABRT)       # faulthandler: every thread's stack
@@ -309,6 +327,8 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
             o.stop_s = round(t_end - t_sig, 2)
         log.seek(0)
         text = log.read()
+    if o.slow and STACKS_MARK in text:
+        o.stacks = text[text.index(STACKS_MARK) - 200:][:12000]
     if o.exit is not None:
         if o.exit not in (0, 1, 2, -signal.SIGINT, -signal.SIGTERM):
             o.problems.append(f"exit status {o.exit}")     # 1: only as python_start says (below)
@@ -332,6 +352,7 @@ def stress_run(tmp_path: Path, root: Path, o: Outcome) -> Outcome:
 @pytest.mark.timeout(120 + 60 * (len(ONLY) or RUNS))
 def test_random_interrupts_end_every_run_whole(tmp_path, busy):
     root = make_tree(tmp_path / "t", TREE)
+    (root / "stressstacks.py").write_text(STACKS_PLUGIN)
     t_all = time.monotonic()
     base = BASE
     if base is None:                    # an uninterrupted run under the same load: its lengths
@@ -349,6 +370,8 @@ def test_random_interrupts_end_every_run_whole(tmp_path, busy):
         o = stress_run(tmp_path, root, plan(SEED, k, base))
         outcomes.append(o)
         print(o.line() + (f"  <-- {o.problems[0]}" if o.problems else ""), flush=True)
+        if o.stacks:
+            print(f"  the stacks of run {o.run}'s processes {SLOW_S:g} s after its stop:\n{o.stacks}", flush=True)
         if LOG:
             with open(LOG, "a") as f:
                 f.write(json.dumps(dict(asdict(o), base_s=base, problems=o.problems[:-1])) + "\n")
