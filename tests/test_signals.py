@@ -603,3 +603,48 @@ def test_a_ctrl_c_while_the_plugins_are_imported_is_a_ctrl_c(tmp_path):
     assert "KeyboardInterrupt" in text, text[-3000:]
     assert cp.returncode == -signal.SIGINT, (cp.returncode, text[-3000:])
     assert "Error while loading plugin" not in text and not out.exists(), text[-3000:]
+
+
+CTRL_C_THEN_WORKERS_LOST = '''
+import os
+import signal
+import time
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    # the controller, as xdist brings up its workers: a Ctrl-C to the process group, its
+    # KeyboardInterrupt lost where it landed, and the workers it killed as they started
+    # make xdist's session start fail on their gateways
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(2)
+    except KeyboardInterrupt:
+        pass
+    raise EOFError("couldn't load message header, expected 9 bytes, got 0")
+'''
+
+
+def test_a_ctrl_c_that_kills_the_starting_workers_is_a_ctrl_c(tmp_path):
+    """A Ctrl-C to the process group while xdist brings up its workers kills them as they
+    start, and xdist's session start fails on their gateways (EOFError): that is the
+    Ctrl-C, not pytest's internal error. The run ends INTERRUPTED with exit status 2 and
+    writes its reports; it ended INTERNALERROR, exit 3, no report (the stress, 1 of 4)."""
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    (root / "ctrlcworkers.py").write_text(CTRL_C_THEN_WORKERS_LOST)
+    out = tmp_path / "out"
+    env = child_env()
+    env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcworkers", f"--report-dir={out}"), cwd=root,
+                        env=env, capture_output=True, text=True, timeout=120)
+    text = cp.stdout + cp.stderr
+    assert "INTERNALERROR" not in text, text[-3000:]
+    assert (out / "results.json").is_file() and (out / "junit.xml").is_file(), (cp.returncode, text[-3000:])
+    meta = report(out)
+    assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, text[-3000:])
+    assert meta["verdict"].startswith("INTERRUPTED: "), meta["verdict"]
+    assert "after the stop" in text, text[-3000:]
