@@ -71,6 +71,14 @@ def child_env(env: dict | None = None) -> dict:
     return e
 
 
+def plugin_env(root: Path, **env: str) -> dict:
+    """``child_env`` with the tree ``root`` first on the path (its own plugins load with
+    ``-p NAME``) and ``env``'s variables set."""
+    e = child_env(env)
+    e["PYTHONPATH"] = os.pathsep.join([str(root), e.get("PYTHONPATH", "")])
+    return e
+
+
 def pytest_start(root: Path, *args: str, **popen) -> subprocess.Popen:
     """A nested run started in the background (its own output unless ``stdout`` is given)."""
     popen.setdefault("stdout", subprocess.PIPE)

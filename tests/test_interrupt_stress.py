@@ -54,7 +54,7 @@ import pytest
 
 from reports.model import read_junit
 
-from nested_run import child_env, make_tree, pytest_argv, report
+from nested_run import make_tree, plugin_env, pytest_argv, report
 
 RUNS = int(os.environ.get("TMAC_STRESS_RUNS") or 4)
 SEED = os.environ.get("TMAC_STRESS_SEED") or str(random.SystemRandom().randrange(10**9))
@@ -214,8 +214,7 @@ def busy():
 
 
 def start(root: Path, out: Path, tag: str, log, *extra: str) -> subprocess.Popen:
-    env = child_env({TAG: tag, "PYTHONFAULTHANDLER": "1"})
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])
+    env = plugin_env(root, **{TAG: tag, "PYTHONFAULTHANDLER": "1"})
     return subprocess.Popen(pytest_argv("-n", "2", "-q", "-p", "stressstacks", f"--report-dir={out}", *extra),
                             cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

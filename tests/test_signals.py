@@ -22,7 +22,7 @@ from fixtures.cuda_layer.isolation import alive
 from fixtures.plugins import run_lock
 from reports.model import NODE_CASE
 
-from nested_run import child_env, make_tree, pytest_argv, pytest_start, report, started_tree, wait_for
+from nested_run import make_tree, plugin_env, pytest_argv, pytest_start, report, started_tree, wait_for
 
 # What a signalled run must beat: Slurm sends SIGKILL 30 s after its SIGTERM (KillWait),
 # Kubernetes 30 s after (terminationGracePeriodSeconds). Not the controller's own grace
@@ -205,9 +205,7 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
     (root / "slowstart.py").write_text(SLOW_START)
     flag, out = tmp_path / "started", tmp_path / "out"
     log = (tmp_path / "log").open("w+")
-    env = child_env()
-    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]),
-               PYTHONFAULTHANDLER="1")
+    env = plugin_env(root, TMAC_TEST_FLAG=str(flag), PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(pytest_argv("-n", "2", "-p", "slowstart",
                              f"--report-dir={out}"), cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -264,8 +262,7 @@ def test_a_signal_after_the_reports_leaves_the_exit_status_they_record(tmp_path,
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "latesignal.py").write_text(LATE_SIGNAL)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(TMAC_TEST_SIGNAL=sig, PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_SIGNAL=sig)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "latesignal", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
@@ -301,8 +298,7 @@ def test_a_stop_that_the_run_swallowed_ends_it_at_the_next_case(tmp_path):
     ''')
     (root / "swallows.py").write_text(SWALLOWS)
     flag, out = tmp_path / "started", tmp_path / "out"
-    env = child_env()
-    env.update(TMAC_TEST_FLAG=str(flag), PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_FLAG=str(flag))
     proc = subprocess.Popen(pytest_argv("-n", "0", "-p", "swallows", "--require-gpus=0",
                              f"--report-dir={out}"), cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -338,8 +334,7 @@ def test_an_exception_out_of_pytests_teardown_keeps_the_recorded_exit_status(tmp
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "brokenteardown.py").write_text(BROKEN_TEARDOWN)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "brokenteardown", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     meta = report(out)
@@ -407,9 +402,7 @@ def test_a_signal_while_a_case_is_recorded_leaves_junit_and_results_alike(tmp_pa
     ''')
     (root / "inareport.py").write_text(IN_A_REPORT)
     out, case = tmp_path / "out", "test_tiny.py::test_case[c3]"
-    env = child_env()
-    env.update(TMAC_TEST_SIGNAL=sig, TMAC_TEST_CASE=case,
-               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_SIGNAL=sig, TMAC_TEST_CASE=case)
     cp = subprocess.run(pytest_argv("-n", workers, "-p", "inareport", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
@@ -429,9 +422,7 @@ def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "inareport.py").write_text(IN_A_REPORT)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE=NODE_CASE,
-               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE=NODE_CASE)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "inareport", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
@@ -499,9 +490,7 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_run(tmp_path, where,
     ''')
     (root / "swallowedctrlc.py").write_text(SWALLOWED_CTRL_C)
     out, flag = tmp_path / "out", tmp_path / "swallowed"
-    env = child_env()
-    env.update(TMAC_TEST_WHERE=where, TMAC_TEST_FLAG=str(flag),
-               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_WHERE=where, TMAC_TEST_FLAG=str(flag))
     cp = subprocess.run(pytest_argv("-n", workers, "-p", "swallowedctrlc", "--require-gpus=0",
                          f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert flag.exists(), ("the Ctrl-C was not swallowed: this test tests nothing", cp.stderr[-3000:])
@@ -556,8 +545,7 @@ def test_a_signal_while_the_report_folder_is_made_leaves_it_whole(tmp_path, sig)
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "whilefolder.py").write_text(WHILE_THE_FOLDER_IS_MADE)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(TMAC_TEST_SIGNAL=sig, PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root, TMAC_TEST_SIGNAL=sig)
     cp = subprocess.run(pytest_argv("-n", "2", "-p", "whilefolder", f"--report-dir={out}"), cwd=root, env=env,
                         capture_output=True, text=True, timeout=120)
     names = sorted(p.name for p in out.iterdir()) if out.exists() else []
@@ -595,8 +583,7 @@ def test_a_ctrl_c_while_the_plugins_are_imported_is_a_ctrl_c(tmp_path):
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "ctrlcinsetname.py").write_text(CTRL_C_IN_SET_NAME)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcinsetname", f"--report-dir={out}"), cwd=root, env=env,
                         capture_output=True, text=True, timeout=120)
     text = cp.stdout + cp.stderr
@@ -637,8 +624,7 @@ def test_a_ctrl_c_that_kills_the_starting_workers_is_a_ctrl_c(tmp_path):
     root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
     (root / "ctrlcworkers.py").write_text(CTRL_C_THEN_WORKERS_LOST)
     out = tmp_path / "out"
-    env = child_env()
-    env.update(PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    env = plugin_env(root)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcworkers", f"--report-dir={out}"), cwd=root,
                         env=env, capture_output=True, text=True, timeout=120)
     text = cp.stdout + cp.stderr
