@@ -25,7 +25,7 @@ import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import isolation, lane, status as st
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
-from fixtures.tensormap.registry import check, fail
+from fixtures.tensormap.registry import check, fail, fail_all
 from fixtures.tma_box import tiled, tiled_cases
 
 
@@ -101,8 +101,7 @@ def test_box_per_seed_004(case_id, seed004_runs):
     check(run.status == st.TIMEOUT, "tma-load.box-elements", case_id,
           "the unreachable byte count was reached?")
     error = tl.checks.box_per_seed_004(case.load, tl.TILED.tensor(case), run.image)
-    if error is not None:
-        fail(error.rule, case_id, error.text, error.facts)
+    fail_all(case_id, [error] if error is not None else [])
 
 
 @pytest.mark.isolated
