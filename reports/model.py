@@ -216,6 +216,7 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseResult))
 # A case is ``case_defaults`` updated with its row (jq: ``.case_defaults + .cases[i]``);
 # its suite is its id's (``suite_of``).
 SHARED_FIELDS = ("state", "message", "rule", "skip_kind", "known_issue", "phase", "worker", "gpus")
+CASE_TABLES = ("messages", "case_known_issues", "case_measured", "case_defaults")   # not run meta
 TIME_FIELDS = ("start", "end", "setup_s", "call_s", "teardown_s")
 
 
@@ -321,12 +322,13 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
             gpus = c.get("gpus")
             start, end, setup_s, call_s, teardown_s = t
             out.append(CaseResult(
-                NODE_CASE if c["id"] == LEGACY_NODE_CASE else c["id"], c["state"],
-                messages[msg] if msg is not None else "", c.get("rule"),
-                c.get("skip_kind"), dict(known[ki]) if ki is not None else None,
-                float(c.get("duration") or 0.0), c.get("phase"), c.get("worker"),
-                dict(gpus) if gpus else None, start, end, setup_s, call_s, teardown_s,
-                list(measured[mi]) if mi is not None else None))
+                id=NODE_CASE if c["id"] == LEGACY_NODE_CASE else c["id"], state=c["state"],
+                message=messages[msg] if msg is not None else "", rule=c.get("rule"),
+                skip_kind=c.get("skip_kind"), known_issue=dict(known[ki]) if ki is not None else None,
+                duration=float(c.get("duration") or 0.0), phase=c.get("phase"), worker=c.get("worker"),
+                gpus=dict(gpus) if gpus else None, start=start, end=end, setup_s=setup_s,
+                call_s=call_s, teardown_s=teardown_s,
+                measured=list(measured[mi]) if mi is not None else None))
         except (TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
             what = row.get("id") if isinstance(row, dict) else row
             raise ReportInputError(f"{source}: malformed case entry {what!r} "
@@ -624,8 +626,7 @@ def read_results_json(path: Path) -> Run:
         if r.state not in STATES:
             raise ReportInputError(f"{path}: case {r.id!r} has unknown state {r.state!r}")
         run.cases[r.id] = r
-    run.meta = {k: v for k, v in data.items() if k not in ("cases", "messages", "case_known_issues",
-                                                          "case_measured", "case_defaults")}
+    run.meta = {k: v for k, v in data.items() if k != "cases" and k not in CASE_TABLES}
     return run
 
 
