@@ -24,7 +24,7 @@ def broken_tree(root):
 
 
 def run(root, out, *args):
-    cp = pytest_run(root, f"--report-dir={out}", *args)
+    cp = pytest_run(root, f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", *args)
     res = results(out)
     junit = {(c.get("classname"), c.get("name")): c for c in ET.parse(out / "junit.xml").iter("testcase")}
     return cp, res, junit

@@ -104,7 +104,7 @@ def _run(tmp_path, *args, gpus: int = 4, env=None, tree: str = TREE, known: str 
     out = tmp_path / "out"
     e = {"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPUS": str(gpus)}
     e.update(env or {})
-    cp = pytest_run(root, "-p", "fakegpus", f"--report-dir={out}", *args, env=e, timeout=180)
+    cp = pytest_run(root, "-p", "fakegpus", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", *args, env=e, timeout=180)
     return cp, out
 
 

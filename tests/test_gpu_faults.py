@@ -107,7 +107,7 @@ def test_a_worker_killed_in_a_gpu_test(gpu, tmp_path):
     """A worker that dies inside a GPU test (its CUDA context live): the run ends with
     complete reports and exit status 1; the case names the worker and its exit status."""
     out = tmp_path / "out"
-    cp = pytest_run(make_tree(tmp_path / "t", KILLED), "-n", "2", f"--report-dir={out}",
+    cp = pytest_run(make_tree(tmp_path / "t", KILLED), "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}",
                     timeout=240)
     assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
     got = states(out)

@@ -101,7 +101,7 @@ def _run(tmp_path, *args, env=None):
     out = tmp_path / "out"
     e = {"PYTHONPATH": os.pathsep.join([str(REPO), str(root)])}
     e.update(env or {})
-    cp = pytest_run(root, "-p", "fakegpu", f"--report-dir={out}", *args, env=e, timeout=180)
+    cp = pytest_run(root, "-p", "fakegpu", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", *args, env=e, timeout=180)
     return cp, out
 
 
@@ -191,7 +191,7 @@ def test_no_gpu_from_the_start_is_never_a_lost_gpu(tmp_path):
             assert run_isolated("fixtures.cuda_layer.isolation:nothing", device=0).kind == "no_gpu"
     ''')
     out = tmp_path / "out"
-    cp = pytest_run(root, f"--report-dir={out}")
+    cp = pytest_run(root, f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")
     assert cp.returncode == 0, cp.stdout[-3000:]
     meta = results(out)
     assert meta["gpu_lost"] is None and meta["verdict"].startswith("NOT MEASURED"), meta["verdict"]
@@ -218,7 +218,7 @@ def test_a_worker_started_after_the_loss_skips_its_gpu_cases_as_lost(tmp_path):
     ''')
     (root / "fakegpu.py").write_text(FAKE_GPU)
     out = tmp_path / "out"
-    cp = pytest_run(root, "-p", "fakegpu", f"--report-dir={out}", "-n", "1",
+    cp = pytest_run(root, "-p", "fakegpu", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-n", "1",
                     env={"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPU_GONE_AFTER": str(out)})
     assert cp.returncode == model.EXIT_GPU_LOST, (cp.stdout + cp.stderr)[-4000:]
     meta = results(out)

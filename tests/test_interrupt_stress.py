@@ -215,7 +215,7 @@ def busy():
 
 def start(root: Path, out: Path, tag: str, log, *extra: str) -> subprocess.Popen:
     env = plugin_env(root, **{TAG: tag, "PYTHONFAULTHANDLER": "1"})
-    return subprocess.Popen(pytest_argv("-n", "2", "-q", "-p", "stressstacks", f"--report-dir={out}", *extra),
+    return subprocess.Popen(pytest_argv("-n", "2", "-q", "-p", "stressstacks", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", *extra),
                             cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

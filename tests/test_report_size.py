@@ -55,7 +55,7 @@ BYTES_PER_CASE = 420
 def sized_run(tmp_path_factory):
     root = make_tree(tmp_path_factory.mktemp("sized"), TESTS)
     out = root / "out"
-    cp = pytest_run(root, f"--report-dir={out}")
+    cp = pytest_run(root, f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")
     assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-3000:]     # test_fails failed
     return out
 

@@ -173,7 +173,7 @@ def xdist_run(tmp_path_factory):
     root = make_tree(tmp_path_factory.mktemp("tiny"))
     out = root / "out"
     # "--report-dir PATH" (space form) on purpose: workers must still find their conftest.
-    cp = pytest_run(root, "-n", "2", "--report-dir", str(out))
+    cp = pytest_run(root, "-n", "2", "--report-dir", str(out), f"--junitxml={out / 'junit.xml'}")
     return root, out, cp
 
 
@@ -310,11 +310,14 @@ def test_default_report_folder_and_bad_known_issues(tmp_path):
     cp = pytest_run(root)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     runs = [p for p in (root / "reports" / "out").iterdir() if p.is_dir() and not p.is_symlink()]
-    assert len(runs) == 1 and (runs[0] / "junit.xml").is_file() and (runs[0] / "matrix.html").is_file()
+    assert len(runs) == 1 and (runs[0] / "results.json").is_file() and (runs[0] / "matrix.html").is_file()
     assert (root / "reports" / "out" / "latest").resolve() == runs[0].resolve()
-    # --junitxml given: respected
+    # JUnit only where --junitxml names it, as with pytest alone (results.json holds
+    # every case and reason; a full sweep's JUnit was half of its folder)
+    assert not list(runs[0].glob("*.xml")), list(runs[0].iterdir())
     cp = pytest_run(root, f"--junitxml={tmp_path / 'mine.xml'}")
     assert cp.returncode == 0 and (tmp_path / "mine.xml").is_file()
+    assert f"JUnit: {tmp_path / 'mine.xml'}" in cp.stdout
     # a bad known-issues file: usage error naming the file and the problem
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = 1\n[[issue]]\nid = "X"\npattern = "*"\nreason = "r"\n')

@@ -49,7 +49,7 @@ def reported(tmp_path_factory):
     ids = set()
     for name, args in (("plain", ()), ("stopped", ("--require-gpus=99",))):
         out = root / name
-        cp = pytest_run(root, "-n", "2", f"--report-dir={out}", *args)
+        cp = pytest_run(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", *args)
         assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
         from_results = {c["id"] for c in results(out)["cases"]}
         from_junit = set(model.read_junit(out / "junit.xml").cases)
@@ -76,7 +76,7 @@ def test_the_ids_the_harness_reports_rerun_from_the_checkout(reported, tmp_path)
         assert cp.returncode == 0 and collected(cp) == [cid], cid + "\n" + cp.stdout[-2000:] + cp.stderr[-2000:]
         out = tmp_path / "rerun"
         cp = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
-                             f"--report-dir={out}", cid], cwd=REPO, env=child_env(),
+                             f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", cid], cwd=REPO, env=child_env(),
                             capture_output=True, text=True, timeout=240)
         assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]      # never 5: no tests collected
         (case,) = results(out)["cases"]

@@ -77,7 +77,7 @@ def test_a_dead_worker_ends_the_run_with_every_case_reported(tmp_path, crashes, 
     case runs and passes, the reports are complete, and the exit status is 1."""
     root = crash_tree(tmp_path / "t", crashes)
     out = tmp_path / "out"
-    cp = pytest_run(root, "-n", "2", f"--report-dir={out}")   # fails if it hangs (pytest_run's 240 s)
+    cp = pytest_run(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")   # fails if it hangs (pytest_run's 240 s)
     assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-2000:]
     got = states(out)
     assert len(got) == 181, f"{len(got)} of 180 cases + the node case reported"
@@ -111,7 +111,7 @@ def test_a_replacement_worker_alone_with_single_case_units_runs_them(tmp_path, r
                 os._exit(9)
     ''')
     out = tmp_path / "out"
-    cp = pytest_run(root, "-n", "2", f"--report-dir={out}")      # fails if it hangs (240 s)
+    cp = pytest_run(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")      # fails if it hangs (240 s)
     assert cp.returncode == 1, cp.stdout[-3000:]
     got = states(out)
     assert got.pop("test_tiny.py::test_x[c17]") == "failed"
@@ -140,7 +140,7 @@ def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
     ''')
     for bound in (15, 30, 60, 120):
         out = tmp_path / f"out-{bound}"
-        cp = pytest_run(root, "-n", "2", f"--run-timeout={bound}", f"--report-dir={out}", timeout=bound + 120)
+        cp = pytest_run(root, "-n", "2", f"--run-timeout={bound}", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", timeout=bound + 120)
         assert cp.returncode == 2, cp.stdout[-3000:] + cp.stderr[-2000:]
         meta = results(out)
         assert meta["end"] == {"kind": "timed-out", "why": f"the run did not end within --run-timeout={bound} s"}
@@ -157,7 +157,7 @@ def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
 def test_an_interrupted_run_says_interrupted(tmp_path):
     root = started_tree(tmp_path / "t", tmp_path / "started", cases=10, sleep_s=600)
     out = tmp_path / "out"
-    proc = pytest_start(root, "-n", "2", f"--report-dir={out}")
+    proc = pytest_start(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")
     wait_for(tmp_path / "started", 60)
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=60)
@@ -181,7 +181,7 @@ def test_no_gpu_is_not_measured_never_pass(tmp_path):
     """Without a usable GPU the GPU cases skip and the run exits 0 (CI on a CPU machine
     keeps working), but its verdict says the conformance was not measured."""
     out = tmp_path / "out"
-    cp = pytest_run(make_tree(tmp_path / "t", GPU_TREE), "-n", "2", f"--report-dir={out}")
+    cp = pytest_run(make_tree(tmp_path / "t", GPU_TREE), "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     meta = results(out)
     assert meta["verdict"].startswith("NOT MEASURED: no usable GPU"), meta["verdict"]
@@ -195,7 +195,7 @@ def test_no_gpu_is_not_measured_never_pass(tmp_path):
 def test_fewer_gpus_than_required_fail_the_run(tmp_path, how):
     need = USABLE + 1
     out = tmp_path / "out"
-    args = ["-n", "2", f"--report-dir={out}"]
+    args = ["-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"]
     env = {}
     if how == "option":
         args.append(f"--require-gpus={need}")
@@ -248,12 +248,17 @@ def test_a_reused_report_folder_shows_only_this_run(tmp_path):
     out.mkdir()
     for name in ("results.json", "map_layout.json", "matrix.md", "environment.json", "junit.xml"):
         (out / name).write_text('{"stale": true}')
-    cp = pytest_run(make_tree(tmp_path / "t", "def test_ok():\n    pass\n"), f"--report-dir={out}")
+    tree = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    cp = pytest_run(tree, f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert not (out / "map_layout.json").exists()
     env = (out / "environment.json").read_text()
     assert "stale" not in env and "no map_layout.json" in env
     assert "test_tiny.py::test_ok" in states(out) and "stale" not in (out / "junit.xml").read_text()
+    # a run that writes no JUnit leaves none of an earlier run's beside its results.json
+    cp = pytest_run(tree, f"--report-dir={out}")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert not (out / "junit.xml").exists() and "test_tiny.py::test_ok" in states(out)
 
 
 def test_a_case_result_as_json_is_its_fields():

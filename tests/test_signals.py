@@ -74,7 +74,7 @@ def signalled_run(tmp_path: Path, sig: int, whole_group: bool, again: bool = Fal
     (root / "pids").mkdir()
     out = tmp_path / "out"
     log = (tmp_path / "log").open("w+")
-    proc = pytest_start(root, "-n", "2", f"--report-dir={out}", stdout=log, start_new_session=True)
+    proc = pytest_start(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", stdout=log, start_new_session=True)
     try:
         assert wait_for(root / "child.pid", 120, proc), "the isolated child never started"
         time.sleep(0.5)                         # a few more cases finish
@@ -155,7 +155,7 @@ def test_sighup_under_nohup_does_not_end_the_run(tmp_path):
     out = tmp_path / "out"
     saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)       # what nohup does
     try:
-        proc = pytest_start(root, "-n", "2", f"--report-dir={out}", start_new_session=True)
+        proc = pytest_start(root, "-n", "2", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", start_new_session=True)
     finally:
         signal.signal(signal.SIGHUP, saved)
     wait_for(tmp_path / "started", 60)
@@ -207,7 +207,7 @@ def test_a_signal_while_the_session_starts_still_writes_the_reports(tmp_path, si
     log = (tmp_path / "log").open("w+")
     env = plugin_env(root, TMAC_TEST_FLAG=str(flag), PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(pytest_argv("-n", "2", "-p", "slowstart",
-                             f"--report-dir={out}"), cwd=root, env=env, stdout=log,
+                             f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     rc = None
     try:
@@ -264,7 +264,7 @@ def test_a_signal_after_the_reports_leaves_the_exit_status_they_record(tmp_path,
     out = tmp_path / "out"
     env = plugin_env(root, TMAC_TEST_SIGNAL=sig)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "latesignal", "--require-gpus=0",
-                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
+                         f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stdout[-2000:], cp.stderr[-2000:])
@@ -300,7 +300,7 @@ def test_a_stop_that_the_run_swallowed_ends_it_at_the_next_case(tmp_path):
     flag, out = tmp_path / "started", tmp_path / "out"
     env = plugin_env(root, TMAC_TEST_FLAG=str(flag))
     proc = subprocess.Popen(pytest_argv("-n", "0", "-p", "swallows", "--require-gpus=0",
-                             f"--report-dir={out}"), cwd=root, env=env, stdout=subprocess.PIPE,
+                             f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert wait_for(flag, 120, proc), "the session never started"
@@ -336,7 +336,7 @@ def test_an_exception_out_of_pytests_teardown_keeps_the_recorded_exit_status(tmp
     out = tmp_path / "out"
     env = plugin_env(root)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "brokenteardown", "--require-gpus=0",
-                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
+                         f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 0, (cp.returncode, cp.stderr[-3000:])
     assert "AssertionError: cannot snap in state 'done'" in cp.stderr
@@ -404,7 +404,7 @@ def test_a_signal_while_a_case_is_recorded_leaves_junit_and_results_alike(tmp_pa
     out, case = tmp_path / "out", "test_tiny.py::test_case[c3]"
     env = plugin_env(root, TMAC_TEST_SIGNAL=sig, TMAC_TEST_CASE=case)
     cp = subprocess.run(pytest_argv("-n", workers, "-p", "inareport", "--require-gpus=0",
-                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
+                         f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stdout[-3000:], cp.stderr[-2000:])
@@ -424,7 +424,7 @@ def test_a_ctrl_c_while_the_reports_are_written_leaves_them_whole(tmp_path):
     out = tmp_path / "out"
     env = plugin_env(root, TMAC_TEST_SIGNAL="SIGINT", TMAC_TEST_CASE=NODE_CASE)
     cp = subprocess.run(pytest_argv("-n", "0", "-p", "inareport", "--require-gpus=0",
-                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True,
+                         f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, capture_output=True, text=True,
                         timeout=120)
     assert (out / "results.json").is_file() and (out / "junit.xml").is_file(), \
         (cp.returncode, sorted(p.name for p in out.iterdir()), cp.stderr[-3000:])
@@ -492,7 +492,7 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_run(tmp_path, where,
     out, flag = tmp_path / "out", tmp_path / "swallowed"
     env = plugin_env(root, TMAC_TEST_WHERE=where, TMAC_TEST_FLAG=str(flag))
     cp = subprocess.run(pytest_argv("-n", workers, "-p", "swallowedctrlc", "--require-gpus=0",
-                         f"--report-dir={out}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
+                         f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert flag.exists(), ("the Ctrl-C was not swallowed: this test tests nothing", cp.stderr[-3000:])
     meta = report(out)
     assert cp.returncode == meta["exitstatus"] == 2, (cp.returncode, cp.stdout[-3000:], cp.stderr[-2000:])
@@ -546,7 +546,7 @@ def test_a_signal_while_the_report_folder_is_made_leaves_it_whole(tmp_path, sig)
     (root / "whilefolder.py").write_text(WHILE_THE_FOLDER_IS_MADE)
     out = tmp_path / "out"
     env = plugin_env(root, TMAC_TEST_SIGNAL=sig)
-    cp = subprocess.run(pytest_argv("-n", "2", "-p", "whilefolder", f"--report-dir={out}"), cwd=root, env=env,
+    cp = subprocess.run(pytest_argv("-n", "2", "-p", "whilefolder", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env,
                         capture_output=True, text=True, timeout=120)
     names = sorted(p.name for p in out.iterdir()) if out.exists() else []
     assert {"results.json", "junit.xml"} <= set(names), (cp.returncode, names, cp.stderr[-3000:])
@@ -584,7 +584,7 @@ def test_a_ctrl_c_while_the_plugins_are_imported_is_a_ctrl_c(tmp_path):
     (root / "ctrlcinsetname.py").write_text(CTRL_C_IN_SET_NAME)
     out = tmp_path / "out"
     env = plugin_env(root)
-    cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcinsetname", f"--report-dir={out}"), cwd=root, env=env,
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcinsetname", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root, env=env,
                         capture_output=True, text=True, timeout=120)
     text = cp.stdout + cp.stderr
     assert "KeyboardInterrupt" in text, text[-3000:]
@@ -625,7 +625,7 @@ def test_a_ctrl_c_that_kills_the_starting_workers_is_a_ctrl_c(tmp_path):
     (root / "ctrlcworkers.py").write_text(CTRL_C_THEN_WORKERS_LOST)
     out = tmp_path / "out"
     env = plugin_env(root)
-    cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcworkers", f"--report-dir={out}"), cwd=root,
+    cp = subprocess.run(pytest_argv("-n", "0", "-p", "ctrlcworkers", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}"), cwd=root,
                         env=env, capture_output=True, text=True, timeout=120)
     text = cp.stdout + cp.stderr
     assert "INTERNALERROR" not in text, text[-3000:]
