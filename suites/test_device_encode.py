@@ -40,6 +40,7 @@ from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.launch import CudaError, Module
 from fixtures.engine.device_maps import KERNEL_SOURCE
+from fixtures.plugins.case_rules import rests_on
 from fixtures.plugins.reporting import write_artifact
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap import sweep
@@ -139,12 +140,13 @@ def test_field_footprints_learned(ctx):
 
 
 @pytest.mark.rule("device-encode.footprint")
-def test_device_footprint(ctx, footprint_key):
+def test_device_footprint(ctx, footprint_key, request):
     """tensormap.replace of one field writes only bits the driver associates with that
     field (seed 003: "replaces the field, specified by .field qualifier"), and on every
     bit both touch the single-field device map equals the host map. Bits the driver
     moves but replace never writes are allowed only in words 8/9 (measured:
-    de.DRIVER_ONLY_WORDS)."""
+    de.DRIVER_ONLY_RULE)."""
+    rests_on(request.node, de.DRIVER_ONLY_RULE)
     key = footprint_key
     host_fp = ctx.layout.footprints.get(key, 0)
     dev_fp = ctx.dev_fps.get(key, 0)
@@ -163,8 +165,8 @@ def test_device_footprint(ctx, footprint_key):
     outside = host_only & ~sum(ml.WORD_MASK << (64 * w) for w in DRIVER_ONLY_WORDS)
     if outside:
         errs.append(("device-encode.footprint", f"the driver moves bits for {key} that "
-                    f"tensormap.replace never writes, outside words {DRIVER_ONLY_WORDS} (where the H200 showed "
-                    f"the driver's own bits): "
+                    f"tensormap.replace never writes, outside words {DRIVER_ONLY_WORDS} (where "
+                    f"{de.DRIVER_ONLY_RULE} measured the driver's own bits): "
                     f"{de.bits_text(ctx, outside)}"))
     bad = []
     for v, mb, code, space, style in ctx.fp_rows:
@@ -321,8 +323,10 @@ def _diff_summary(ctx):
 def test_differing_bits_are_explained(ctx, request):
     """Reports the bits where device maps and host maps still differ, by word and by
     template kind, and why: the H200 showed word 8 (different box / dtype template)
-    and words 8 and 9 (from zeros) (de.DRIVER_ONLY_WORDS, measured). Fails when a difference is in a word that measurement did
-    not report, unless it is a field the target's rank does not have."""
+    and words 8 and 9 (from zeros) (de.DRIVER_ONLY_RULE, measured). Fails when a
+    difference is in a word that measurement did not report, unless it is a field the
+    target's rank does not have."""
+    rests_on(request.node, de.DRIVER_ONLY_RULE)
     per, by_kind, cases_with = _diff_summary(ctx)
     lines = []
     for k, words in per.items():

@@ -38,8 +38,9 @@ from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.cuda_layer.toolchain import dist_version
-from fixtures.tensormap import sweep
+from fixtures.tensormap import registry, sweep
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
+from fixtures.plugins.case_rules import rests_on
 from fixtures.tensormap.registry import check, fail, fail_all
 
 POOL_BYTES = 1 << 20        # the cuda.core cases' tensors (the tiled sweep's are <= 192 KiB)
@@ -86,8 +87,12 @@ def _result(triton_runs, case, request):
 
 
 def _explained(request, verdict):
+    """The differences the library's rules explained, as the case's user properties; one
+    a measured rule explained makes the case rest on that measurement."""
     for rule, what, bits in verdict.explained:
         request.node.user_properties.append(("explained", f"{rule}: {what} ({', '.join(bits)})"))
+        if registry.measured(rule):
+            rests_on(request.node, rule)
 
 
 def _device_result(runs, c, rule: str, request) -> dict:

@@ -82,9 +82,9 @@ def test_a_fixed_explanation_is_applied_and_named():
 
 def test_an_optional_explanation_holds_only_bit_for_bit():
     zeroed = checks.zero_words(PLAIN)
-    e = checks.Explanation("library.triton.device-zeros", "words 8 and 9", zeroed, fixed=False)
+    e = checks.Explanation("library.triton.device-zero-words", "words 8 and 9", zeroed, fixed=False)
     v = checks.compare_map(zeroed, PLAIN, [e], rule="library.triton.device-map", who="x", params="p")
-    assert v.errors == [] and v.explained[0][0] == "library.triton.device-zeros"
+    assert v.errors == [] and v.explained[0][0] == "library.triton.device-zero-words"
     half = checks.zero_words(PLAIN, (8,))          # one word zeroed, the other not: unexplained
     v = checks.compare_map(half, PLAIN, [e], rule="library.triton.device-map", who="x", params="p")
     assert v.errors and "w8" in v.errors[0][1] and v.explained == []
@@ -104,7 +104,8 @@ def test_bit85_alone_names_the_known_workaround():
 
 def test_every_rule_the_checks_name_is_registered():
     for r in ("library.triton.host-map", "library.triton.l2-128b", "library.triton.device-map",
-              "library.triton.device-zeros", "library.triton.device-fence", "library.triton.load",
+              "library.triton.device-zeros", "library.triton.device-zero-words",
+              "library.triton.device-fence", "library.triton.load",
               "library.cuda-core.map", "library.cccl.element-stride0", "library.sources",
               "library.triton.fence-sensitivity", "library.triton.box"):
         assert known(r), r

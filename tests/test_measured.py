@@ -18,7 +18,7 @@ import fixtures.library_maps  # noqa: F401
 import fixtures.tma_load  # noqa: F401
 import fixtures.tma_store  # noqa: F401
 import fixtures.toolchain  # noqa: F401
-from fixtures.plugins.case_rules import measured_of_item
+from fixtures.plugins.case_rules import measured_of_item, rests_on
 from fixtures.tensormap.enums import Interleave, Swizzle
 from fixtures.tensormap.registry import Evidence, Rule, all_rules, measured, register
 from fixtures.tma_box import tiled, tiled_cases
@@ -26,7 +26,8 @@ from reports import model
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED_RULES = {"tma-load.trap", "tma-load.im2col-trap", "tma-prefetch.trap", "tma-store.trap",
-                  "tma-reduce.disallowed-pair", "library.triton.fence-sensitivity"}
+                  "tma-reduce.disallowed-pair", "library.triton.fence-sensitivity",
+                  "device-encode.driver-only-words", "library.triton.device-zero-words"}
 
 
 def test_every_rule_is_true_to_its_kind():
@@ -56,8 +57,27 @@ def test_a_rule_untrue_to_its_kind_cannot_be_registered(rule, why):
 
 def _item(rule=None, **params):
     marker = SimpleNamespace(args=(rule,)) if rule else None
-    return SimpleNamespace(callspec=SimpleNamespace(params=params),
+    return SimpleNamespace(callspec=SimpleNamespace(params=params), user_properties=[],
                            get_closest_marker=lambda name: marker if name == "rule" else None)
+
+
+def test_a_check_that_applies_a_measured_rule_makes_its_case_measured():
+    """The words only the driver writes (device-encoding and Triton's device maps) are a
+    measurement: a case whose check applied them lists that rule, once; one that did not
+    stays documented; only a registered measured rule can be rested on."""
+    item = _item("library.triton.device-map")
+    assert measured_of_item(item) == ()
+    rests_on(item, "library.triton.device-zero-words")
+    rests_on(item, "library.triton.device-zero-words")
+    assert measured_of_item(item) == ("rule library.triton.device-zero-words",)
+    with pytest.raises(ValueError, match="not a measured rule"):
+        rests_on(item, "library.triton.device-zeros")
+    with pytest.raises(KeyError):
+        rests_on(item, "no.such-rule")
+    text = (ROOT / "suites" / "test_device_encode.py").read_text()
+    for name in ("test_device_footprint", "test_differing_bits_are_explained"):
+        body = text[text.index(f"def {name}("):]
+        assert "rests_on(request.node, de.DRIVER_ONLY_RULE)" in body[:body.index("\n\n\n")], name
 
 
 def test_a_case_on_a_measured_reading_says_which():
