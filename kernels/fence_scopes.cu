@@ -220,13 +220,15 @@ __device__ void same_block(const TensorMap& tmpl, TensorMap* maps, const Version
 // acquire_mode 0: each consumer block acquires the slot itself (the documented rule).
 // acquire_mode 1: consumers do not acquire; the producer block acquires after publishing
 //                 (a fence in *another* block: seed 001 says this does not suffice).
+// drain 0: the producer rewrites a slot without waiting for the loads through it
+//          (flashinfer#5438; an observation: no document says what such loads see).
 struct RingArgs {
   TensorMap* maps;
   const Version* table;
   const u32* sched;        // [iters]
   u32* flag;
   u32* done;               // [K]
-  u32 iters, K, nloads, consumers, acquire_mode;
+  u32 iters, K, nloads, consumers, acquire_mode, drain;
   u64 timeout_ns;
 };
 
@@ -237,7 +239,7 @@ __device__ void producer_loop(const TensorMap& tmpl, const RingArgs& a, u32* sta
   for (u32 i = 0; i < a.iters; ++i) {
     const u32 slot = i % a.K;
     if (threadIdx.x == 0)
-      s.flag_ok = wait_at_least<S>(a.done + slot, a.consumers * (i / a.K), a.timeout_ns);
+      s.flag_ok = !a.drain || wait_at_least<S>(a.done + slot, a.consumers * (i / a.K), a.timeout_ns);
     __syncwarp();
     if (!s.flag_ok) {
       if (threadIdx.x == 0) *status = STATUS_TIMEOUT;
@@ -317,7 +319,9 @@ __device__ void consume_one(const TensorMap* map, const Version* table, const u3
 // maps[b]; while they are in flight, warp 1 already prepares version i + 1 in shared
 // memory; only after the loads completed (the mbarrier wait) is it published to maps[b]
 // (DeepGEMM#343, cutlass#2162: publishing before completion races the loads).
-template <int S>
+// DRAIN false: published as soon as the loads are issued, while they are in flight
+// (flashinfer#5438; an observation: no document says what such loads see).
+template <int S, bool DRAIN>
 __device__ void in_flight(const TensorMap& tmpl, TensorMap* maps, const Version* table,
                           const u32* sched, u32 iters, u32 nloads, u32* seen, u32* bad,
                           u32* status, u64 timeout_ns) {
@@ -335,12 +339,17 @@ __device__ void in_flight(const TensorMap& tmpl, TensorMap* maps, const Version*
     // Loads in flight: prepare the next version in shared memory (not the global map).
     const bool more = i + 1 < iters;
     if (more && threadIdx.x == 32) encode_in_smem(&s.map[1], tmpl, table[sched[(i + 1) * nb + b]]);
+    if (!DRAIN && more && threadIdx.x >= 32 && threadIdx.x < 64) {
+      __syncwarp();
+      release_map<S>(maps + b, &s.map[1]);   // under the loads in flight
+      __syncwarp();
+    }
     if (!check_loads(v, nloads, tiles, s, timeout_ns, seen + k, bad + k)) {
       if (threadIdx.x == 0) status[b] = STATUS_TIMEOUT;
       return;
     }
     // The loads through maps[b] completed: now the global map may change.
-    if (more && threadIdx.x >= 32 && threadIdx.x < 64) {
+    if (DRAIN && more && threadIdx.x >= 32 && threadIdx.x < 64) {
       __syncwarp();
       release_map<S>(maps + b, &s.map[1]);
       __syncwarp();
@@ -409,7 +418,12 @@ FENCE_BOTH_SCOPES(ONE_SHOT)
   extern "C" __global__ void __launch_bounds__(128) fence_in_flight_##NAME(                   \
       const __grid_constant__ TensorMap tmpl, TensorMap* maps, const Version* table,          \
       const u32* sched, u32 iters, u32 nloads, u32* seen, u32* bad, u32* status, u64 tmo) {   \
-    fence::in_flight<S>(tmpl, maps, table, sched, iters, nloads, seen, bad, status, tmo);     \
+    fence::in_flight<S, true>(tmpl, maps, table, sched, iters, nloads, seen, bad, status, tmo); \
+  }                                                                                           \
+  extern "C" __global__ void __launch_bounds__(128) fence_in_flight_no_drain_##NAME(          \
+      const __grid_constant__ TensorMap tmpl, TensorMap* maps, const Version* table,          \
+      const u32* sched, u32 iters, u32 nloads, u32* seen, u32* bad, u32* status, u64 tmo) {   \
+    fence::in_flight<S, false>(tmpl, maps, table, sched, iters, nloads, seen, bad, status, tmo); \
   }
 FENCE_BOTH_SCOPES(IN_FLIGHT)
 

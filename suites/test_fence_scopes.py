@@ -43,6 +43,8 @@ def _cases(config):
     c["host_pinned"] = [dict(where="pinned", blocks=kb, iters=p(smoke=4, standard=32, full=128))]
     c["in_flight"] = [dict(scope=s, blocks=132, iters=it, nloads=4) for s in SCOPES]
     c["in_flight_ring"] = [dict(scope=s, consumers=cons, iters=it, K=2, nloads=4) for s in SCOPES]
+    c["in_flight_no_drain"] = [dict(scope="gpu", blocks=132, iters=it, nloads=4)]
+    c["in_flight_ring_no_drain"] = [dict(scope="gpu", consumers=cons, iters=it, K=2, nloads=4)]
     c["stress_across_blocks"] = [dict(scope=s, consumers=p(smoke=132, standard=528, full=1024),
                                       iters=p(smoke=64, standard=4096, full=8192), K=1)
                                  for s in SCOPES]
@@ -73,6 +75,7 @@ IDS = {
     "across_kernels": "across-kernels", "across_kernels_no_acquire": "across-kernels-no-acquire",
     "host_written": "host-written", "host_pinned": "host-written",
     "in_flight": "in-flight-own-map", "in_flight_ring": "in-flight-ring",
+    "in_flight_no_drain": "in-flight-own-map-no-drain", "in_flight_ring_no_drain": "in-flight-ring-no-drain",
     "stress_across_blocks": "stress-across-blocks", "stress_same_block": "stress-same-block",
 }
 
@@ -253,6 +256,30 @@ def test_in_flight_ring(gpu, kernels, request, case):
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", "fence.no-repeat",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("run.isolated-child")
+def test_in_flight_no_drain(gpu, kernels, request, case):
+    """An observation, never a pass: test_in_flight with the wait for the loads removed,
+    so each block republishes its map as soon as its loads through it are issued
+    (flashinfer#5438: wrong tiles, now and then, on an H100). No document says what loads
+    in flight see of a map rewritten under them; the counts say whether this GPU shows
+    it, i.e. whether test_in_flight's drain is what keeps it right here."""
+    out = run_isolated("fixtures.fences.runner:isolated", "in_flight", gpu.arch, kernels.cache_dir,
+                       device=gpu.ordinal, timeout=240, drain=False, **case)
+    _observe(request, out, "no document says what loads in flight see of a map republished under them")
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("run.isolated-child")
+def test_in_flight_ring_no_drain(gpu, kernels, request, case):
+    """An observation, never a pass: test_in_flight_ring with the producer rewriting a
+    slot without waiting for the consumers' loads through it (flashinfer#5438)."""
+    out = run_isolated("fixtures.fences.runner:isolated", "across_blocks", gpu.arch, kernels.cache_dir,
+                       device=gpu.ordinal, timeout=240, drain=False, name="in-flight-ring-no-drain",
+                       **case)
+    _observe(request, out, "no document says what loads in flight see of a map republished under them")
 
 
 # ------------------------------------------------------------------ 7. stress
