@@ -40,7 +40,7 @@ im2col_load_batch(const tmac::TensorMap* maps, tmac::TensorMap* slots, const tma
   const bool device_copy = p[13] != 0;
   unsigned char* dst = base + smem_offset;
 
-  if (rank < 3 || rank > 5 || (smem_offset & 127u) != 0u) {
+  if (rank < 3 || rank > 5 || (smem_offset & 15u) != 0u) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }

@@ -96,7 +96,7 @@ im2col_wide_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, uns
   const tmac::u32 out_offset = static_cast<tmac::u32>(p[11]);
   unsigned char* dst = base + smem_offset;
 
-  if (rank < 3 || rank > 5 || (mode != 0 && mode != 1) || (smem_offset & 127u) != 0u) {
+  if (rank < 3 || rank > 5 || (mode != 0 && mode != 1) || (smem_offset & 15u) != 0u) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }

@@ -88,7 +88,7 @@ multicast_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsig
 
   // Parameters are per cluster: every CTA of a bad case leaves here, none waits.
   const bool bad_mode = mode == MC_MODE_IM2COL ? (rank < 3 || rank > 5) : mode != MC_MODE_TILE;
-  if (rank < 1 || rank > 5 || bad_mode || (smem_offset & 127u) != 0u || src >= n) {
+  if (rank < 1 || rank > 5 || bad_mode || (smem_offset & 15u) != 0u || src >= n) {
     if (threadIdx.x == 0) status[sid] = STATUS_BAD;
     return;
   }

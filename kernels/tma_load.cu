@@ -39,7 +39,7 @@ tma_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsigned ch
   const tmac::TensorMap* map = maps + b;
   unsigned char* dst = base + smem_offset;
 
-  if (rank < 1 || rank > 5 || (smem_offset & 127u) != 0u) {
+  if (rank < 1 || rank > 5 || (smem_offset & 15u) != 0u) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }

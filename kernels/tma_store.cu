@@ -148,7 +148,7 @@ tma_write_batch(const tmac::TensorMap* maps, const s32* params, const unsigned c
   unsigned char* s = base + smem_offset;
 
   if (rank < 1 || rank > 5 || op < 0 || op > 17 || (op >= 9 && rank < 3) ||
-      (smem_offset & 127u) != 0u) {
+      (smem_offset & 15u) != 0u) {
     if (threadIdx.x == 0) status[b] = tmac::STATUS_BAD;
     return;
   }

@@ -30,16 +30,24 @@ from fixtures.tma_box import tiled, tiled_cases
 
 
 def data_cases(level):
-    return [c for c in tiled_cases.generate(level) if c.expect == "data"]
+    """The sweep's data cases, and the placement cases at a multiple of 128 bytes."""
+    return [c for c in tiled_cases.generate(level) + tiled_cases.placement_cases(level)
+            if c.expect == "data"]
 
 
 def trap_cases(level):
     return [c for c in tiled_cases.generate(level) if c.expect == "trap"]
 
 
+def misplaced_cases(level):
+    """The placement cases off 128 bytes (tiled_cases.placement_cases)."""
+    return [c for c in tiled_cases.placement_cases(level) if c.expect == "trap"]
+
+
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "load_case", data_cases)
     engine.parametrize(metafunc, "trap_case", trap_cases)
+    engine.parametrize(metafunc, "misplaced_case", misplaced_cases)
 
 
 tma_batches = engine.batch_fixture("tma_batches", "load_case", data_cases, tl.TILED)
@@ -112,6 +120,18 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     engine.expect_trap(trap_case, tl.TILED, gpu, kernels, rule="tma-load.trap",
                        reason=tiled.trap_reason(trap_case.load))
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("tma-load.smem-misaligned")
+@engine.runs_alone(tl.TILED, "misplaced_case")
+def test_tma_load_smem_misaligned(misplaced_case, gpu, kernels):
+    """A load whose shared-memory destination is 16..112 bytes past a 128-byte boundary,
+    which the Programming Guide forbids (tiled.SMEM_ALIGN_QUOTE), must trap with
+    CUDA_ERROR_MISALIGNED_ADDRESS (measured); it runs alone in a child process."""
+    engine.expect_trap(misplaced_case, tl.TILED, gpu, kernels, rule="tma-load.smem-misaligned",
+                       reason=tiled.placement_reason(misplaced_case.load.smem_offset),
+                       error=tiled.MISALIGNED_ERROR)
 
 
 # Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank

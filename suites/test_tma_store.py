@@ -38,14 +38,21 @@ import pytest
 
 import fixtures.tma_store as ts
 from fixtures import engine
+from fixtures.tma_box import tiled
 
 
 def data_cases(level):
-    return [c for c in ts.generate(level) if c.expect == "data"]
+    """The sweep's stores, and the placement stores at a multiple of 128 bytes."""
+    return [c for c in ts.generate(level) + ts.placement_cases(level) if c.expect == "data"]
 
 
 def trap_cases(level):
     return [c for c in ts.generate(level) if c.expect == "trap"]
+
+
+def misplaced_cases(level):
+    """The placement stores off 128 bytes (ts.placement_cases)."""
+    return [c for c in ts.placement_cases(level) if c.expect == "trap"]
 
 
 def im2col_stores(level):
@@ -54,6 +61,7 @@ def im2col_stores(level):
 
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "store_case", data_cases)
+    engine.parametrize(metafunc, "store_misplaced", misplaced_cases)
     engine.parametrize(metafunc, "store_variant", ts.variant_cases)
     engine.parametrize(metafunc, "store_negative", ts.negative_cases)
     engine.parametrize(metafunc, "im2col_store", im2col_stores)
@@ -105,6 +113,18 @@ def test_tma_im2col_write_corner_outside(im2col_corner, gpu, kernels):
     traps: known_issues.toml)."""
     what = "im2col store" if im2col_corner.op == "store" else f"im2col .{im2col_corner.op} reduction"
     ts.check_write_alone(im2col_corner, gpu, kernels, what)
+
+
+@pytest.mark.isolated
+@pytest.mark.rule(ts.MISALIGNED_RULE)
+@engine.runs_alone(ts.WRITES, "store_misplaced")
+def test_tma_store_smem_misaligned(store_misplaced, gpu, kernels):
+    """A store whose shared-memory source is 16..112 bytes past a 128-byte boundary, which
+    the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as the
+    load does (measured); it runs alone in the isolated child."""
+    engine.expect_trap(store_misplaced, ts.WRITES, gpu, kernels, rule=ts.MISALIGNED_RULE,
+                       reason=tiled.placement_reason(store_misplaced.store.smem_offset),
+                       error=tiled.MISALIGNED_ERROR)
 
 
 @pytest.mark.isolated
