@@ -1,0 +1,66 @@
+"""Shared-memory placement cases (CPU only): a destination (a store: its source) at
+16-byte steps past a 1024-byte boundary, one geometry per swizzle mode; off 128 bytes the
+model calls the copy a trap with CUDA_ERROR_MISALIGNED_ADDRESS (the Programming Guide's
+bound, the outcome measured), at a multiple of 128 the box swizzled by address; the
+cases stand apart from the sweep's, whose ids they leave as they were."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fixtures.tma_store as ts
+from fixtures.tensormap.enums import Swizzle
+from fixtures.tensormap.registry import get, measured
+from fixtures.tma_box import tiled, tiled_cases
+
+
+@pytest.mark.parametrize("level", ["standard", "full"])
+def test_every_swizzle_mode_at_its_offsets(level):
+    cases = tiled_cases.placement_cases(level)
+    sweep = {c.id for c in tiled_cases.generate(level)}
+    assert not sweep & {c.id for c in cases} and len({c.id for c in cases}) == len(cases)
+    by_mode: dict = {}
+    for c in cases:
+        off = c.load.smem_offset
+        assert c.id.endswith(f"-dst+{off}") and 16 <= off < 1024 and off % 16 == 0
+        assert c.expect == ("data" if off % 128 == 0 else "trap"), c.id
+        by_mode.setdefault(c.load.swizzle, set()).add(off)
+    assert set(by_mode) == {Swizzle.NONE, Swizzle.B32, Swizzle.B64, Swizzle.B128}
+    for swz, offs in by_mode.items():
+        if level == "full":      # every step, but one the sweep's own -dst+N case has
+            missing = set(range(16, 1024, 16)) - offs
+            assert all(f"{c.id.rsplit('-dst+', 1)[0]}-dst+{o}" in sweep
+                       for o in missing for c in cases if c.load.swizzle == swz), (swz, missing)
+        else:
+            assert len(offs) == 2 and sum(o % 128 == 0 for o in offs) == 1, (swz, offs)
+    assert tiled_cases.placement_cases("smoke") == ()
+
+
+def test_off_128_bytes_is_a_measured_trap_and_a_multiple_a_box_swizzled_by_address():
+    cases = tiled_cases.placement_cases("full")
+    trap = next(c for c in cases if c.expect == "trap" and c.load.swizzle == Swizzle.B128)
+    want = tiled.load(trap.load, tiled_cases.global_bytes(trap), 0)
+    assert (want.kind, want.error) == ("trap", tiled.MISALIGNED_ERROR)
+    assert tiled.SMEM_ALIGN_QUOTE in want.reason
+    for rule in ("tma-load.smem-misaligned", "tma-store.smem-misaligned"):
+        r = get(rule)
+        assert measured(rule) and r.evidence and tiled.SMEM_ALIGN_QUOTE in r.reading
+    ok = next(c for c in cases if c.expect == "data" and c.load.swizzle == Swizzle.B128
+              and c.load.smem_offset == 384)
+    got = tiled.load(ok.load, tiled_cases.global_bytes(ok), 0)
+    flat, _ = tiled.logical_box(ok.load, tiled_cases.global_bytes(ok), 0)
+    # PTX ISA 5.5.7: the pattern follows the address: chunk bits [4,7) ^ row bits [7,10)
+    idx = np.arange(flat.size) + 384
+    phys = (idx ^ (((idx >> 7) & 7) << 4)) - 384
+    image = np.full(tiled.copy_bytes(ok.load), tiled.POISON, dtype=np.uint8)
+    image[phys] = flat.reshape(-1)
+    assert got.kind == "data" and got.data == image.tobytes()
+
+
+def test_the_stores_take_the_same_placements():
+    loads = tiled_cases.placement_cases("standard")
+    stores = ts.placement_cases("standard")
+    assert [s.id for s in stores] == [ts.store_id(c.id) for c in loads]
+    for s in stores:
+        assert s.rule == (ts.MISALIGNED_RULE if s.expect == "trap" else s.rule)
+        assert (s.expect == "trap") == bool(s.store.smem_offset % 128), s.id
