@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fixtures.tma_load  # noqa: F401  (registers the load rules)
 import fixtures.tma_store as ts
 from fixtures.tensormap.enums import Swizzle
 from fixtures.tensormap.registry import get, measured
@@ -33,7 +34,8 @@ def test_every_swizzle_mode_at_its_offsets(level):
                        for o in missing for c in cases if c.load.swizzle == swz), (swz, missing)
         else:
             assert len(offs) == 2 and sum(o % 128 == 0 for o in offs) == 1, (swz, offs)
-    assert tiled_cases.placement_cases("smoke") == ()
+    smoke = tiled_cases.placement_cases("smoke")       # one trap: every run's lane has work
+    assert len(smoke) == 1 and smoke[0].expect == "trap" and smoke[0].load.swizzle == Swizzle.B128
 
 
 def test_off_128_bytes_is_a_measured_trap_and_a_multiple_a_box_swizzled_by_address():
@@ -55,6 +57,15 @@ def test_off_128_bytes_is_a_measured_trap_and_a_multiple_a_box_swizzled_by_addre
     image = np.full(tiled.copy_bytes(ok.load), tiled.POISON, dtype=np.uint8)
     image[phys] = flat.reshape(-1)
     assert got.kind == "data" and got.data == image.tobytes()
+
+
+def test_an_empty_parameter_set_gives_the_lane_no_job():
+    """pytest parametrizes a test with no case as one skipped item whose parameter is
+    NOTSET: the trap lane takes no job of it (it used to end the run in INTERNALERROR)."""
+    from fixtures.engine.suite import RunsAlone
+    from fixtures.tma_load.operations import TILED
+    assert RunsAlone(TILED, "misplaced_case").job({"misplaced_case": object()}, None, "/x") is None
+    assert RunsAlone(TILED, "misplaced_case").job({}, None, "/x") is None
 
 
 def test_the_stores_take_the_same_placements():
