@@ -38,20 +38,28 @@ import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.tensormap.registry import check, fail
-from fixtures.tma_box import im2col, im2col_cases
+from fixtures.tma_box import im2col, im2col_cases, tiled
 
 
 def data_cases(level):
-    return [c for c in im2col_cases.generate(level) if c.expect == "data"]
+    """The sweep's im2col loads, and the placement cases at a multiple of 128 bytes."""
+    return [c for c in im2col_cases.generate(level) + im2col_cases.placement_cases(level)
+            if c.expect == "data"]
 
 
 def trap_cases(level):
     return [c for c in im2col_cases.generate(level) if c.expect == "trap"]
 
 
+def misplaced_cases(level):
+    """The placement cases off 128 bytes (im2col_cases.placement_cases)."""
+    return [c for c in im2col_cases.placement_cases(level) if c.expect == "trap"]
+
+
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "im2col_case", data_cases)
     engine.parametrize(metafunc, "im2col_trap", trap_cases)
+    engine.parametrize(metafunc, "im2col_misplaced", misplaced_cases)
     engine.parametrize(metafunc, "wide_case", tl.wide_cases)
 
 
@@ -94,6 +102,18 @@ def test_im2col_load_trap(im2col_trap, gpu, kernels):
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     engine.expect_trap(im2col_trap, tl.IM2COL, gpu, kernels, rule=im2col_trap.rule,
                        reason=im2col.trap_reason(im2col_trap.load))
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("tma-load.smem-misaligned")
+@engine.runs_alone(tl.IM2COL, "im2col_misplaced")
+def test_im2col_load_smem_misaligned(im2col_misplaced, gpu, kernels):
+    """An im2col load whose destination is 16..112 bytes past a 128-byte boundary, which
+    the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as the
+    tiled load does (measured); it runs alone in a child process."""
+    engine.expect_trap(im2col_misplaced, tl.IM2COL, gpu, kernels, rule=im2col_misplaced.rule,
+                       reason=tiled.placement_reason(im2col_misplaced.load.smem_offset),
+                       error=tiled.MISALIGNED_ERROR)
 
 
 # ---------------------------------------------------------------- im2col-wide (sm_100)

@@ -22,15 +22,27 @@ from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import check, fail_all
+from fixtures.tma_box import tiled
 
 mc = tl.multicast
 
 
+def data_cases(level):
+    """The sweep's multicasts, and the placement multicasts at a multiple of 128 bytes."""
+    return [c for c in mc.generate(level) + mc.placement_cases(level) if c.expect == "data"]
+
+
+def misplaced_cases(level):
+    """The placement multicasts off 128 bytes (mc.placement_cases)."""
+    return [c for c in mc.placement_cases(level) if c.expect == "trap"]
+
+
 def pytest_generate_tests(metafunc):
-    engine.parametrize(metafunc, "mc_case", mc.generate)
+    engine.parametrize(metafunc, "mc_case", data_cases)
+    engine.parametrize(metafunc, "mc_misplaced", misplaced_cases)
 
 
-mc_batches = engine.batch_fixture("mc_batches", "mc_case", mc.generate, tl.MULTICAST)
+mc_batches = engine.batch_fixture("mc_batches", "mc_case", data_cases, tl.MULTICAST)
 
 
 def _first_diff(case, got: bytes, want: bytes) -> str:
@@ -81,6 +93,19 @@ def test_multicast(mc_case, mc_batches):
                                                            "not bit-identical to")
                        + " the host-encoded map of the same parameters"))
     fail_all(cid, errors)
+
+
+@pytest.mark.isolated
+@pytest.mark.rule(mc.MISALIGNED_RULE)
+@engine.runs_alone(tl.MULTICAST, "mc_misplaced")
+def test_multicast_smem_misaligned(mc_misplaced, gpu, kernels):
+    """A multicast load whose destination (the same offset in every CTA of the mask) is
+    16..112 bytes past a 128-byte boundary, which the Programming Guide forbids, must trap
+    with CUDA_ERROR_MISALIGNED_ADDRESS, as the plain load does (measured); it runs alone in
+    the isolated child."""
+    engine.expect_trap(mc_misplaced, tl.MULTICAST, gpu, kernels, rule=mc.MISALIGNED_RULE,
+                       reason=tiled.placement_reason(mc_misplaced.load.smem_offset),
+                       error=tiled.MISALIGNED_ERROR)
 
 
 _SIZES = (2, 4, 8, 16)

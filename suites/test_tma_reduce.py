@@ -24,6 +24,7 @@ import pytest
 
 import fixtures.tma_store as ts
 from fixtures import engine
+from fixtures.tma_box import tiled
 from fixtures.cuda_layer import build
 from fixtures.tensormap.registry import check
 
@@ -32,15 +33,26 @@ def im2col_reductions(level):
     return [c for c in ts.generate_im2col_writes(level) if c.op != "store"]
 
 
+def data_cases(level):
+    """The sweep's reductions, and the placement reductions at a multiple of 128 bytes."""
+    return [c for c in ts.generate_reduce(level) + ts.reduce_placement_cases(level)
+            if c.rule != ts.REDUCE_MISALIGNED_RULE]
+
+
+def misplaced_cases(level):
+    """The placement reductions off 128 bytes (ts.reduce_placement_cases)."""
+    return [c for c in ts.reduce_placement_cases(level) if c.rule == ts.REDUCE_MISALIGNED_RULE]
+
+
 def pytest_generate_tests(metafunc):
-    engine.parametrize(metafunc, "reduce_case", ts.generate_reduce)
+    engine.parametrize(metafunc, "reduce_case", data_cases)
+    engine.parametrize(metafunc, "reduce_misplaced", misplaced_cases)
     engine.parametrize(metafunc, "reduce_variant", ts.reduce_variant_cases)
     engine.parametrize(metafunc, "im2col_reduce", im2col_reductions)
     engine.parametrize(metafunc, "reduce_negative", ts.reduce_negative_cases)
 
 
-reduce_batches = engine.batch_fixture("reduce_batches", "reduce_case", ts.generate_reduce,
-                                      ts.WRITES)
+reduce_batches = engine.batch_fixture("reduce_batches", "reduce_case", data_cases, ts.WRITES)
 reduce_variant_batches = engine.batch_fixture("reduce_variant_batches", "reduce_variant",
                                               ts.reduce_variant_cases, ts.WRITES)
 im2col_reduce_batches = engine.batch_fixture("im2col_reduce_batches", "im2col_reduce",
@@ -67,6 +79,18 @@ def test_tma_reduce_im2col(im2col_reduce, im2col_reduce_batches):
     there; every other byte of the span is unchanged."""
     ts.check_write(im2col_reduce, im2col_reduce_batches.result(im2col_reduce),
                    f"im2col .{im2col_reduce.op} reduction")
+
+
+@pytest.mark.isolated
+@pytest.mark.rule(ts.REDUCE_MISALIGNED_RULE)
+@engine.runs_alone(ts.WRITES, "reduce_misplaced")
+def test_tma_reduce_smem_misaligned(reduce_misplaced, gpu, kernels):
+    """A reduction whose shared-memory source is 16..112 bytes past a 128-byte boundary,
+    which the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as
+    the load and the store do (measured); it runs alone in the isolated child."""
+    engine.expect_trap(reduce_misplaced, ts.WRITES, gpu, kernels, rule=ts.REDUCE_MISALIGNED_RULE,
+                       reason=tiled.placement_reason(reduce_misplaced.store.smem_offset),
+                       error=tiled.MISALIGNED_ERROR)
 
 
 @pytest.mark.isolated

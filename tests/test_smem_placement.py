@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fixtures.tma_load  # noqa: F401  (registers the load rules)
+import fixtures.tma_load as tl
 import fixtures.tma_store as ts
 from fixtures.tensormap.enums import Swizzle
 from fixtures.tensormap.registry import get, measured
-from fixtures.tma_box import tiled, tiled_cases
+from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
 
 
 @pytest.mark.parametrize("level", ["standard", "full"])
@@ -75,3 +75,40 @@ def test_the_stores_take_the_same_placements():
     for s in stores:
         assert s.rule == (ts.MISALIGNED_RULE if s.expect == "trap" else s.rule)
         assert (s.expect == "trap") == bool(s.store.smem_offset % 128), s.id
+
+
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_every_operation_has_its_placements(level):
+    """Stores, reductions and multicast take the loads' placement cases (at full every
+    multiple of 128 and each residue mod 128 once per swizzle mode: their traps cost the
+    trap lane ~0.2 s each); im2col has its own geometry per mode at the same offsets; every
+    operation has at least one trap at every level, its rule the measured one."""
+    loads = tiled_cases.placement_cases(level)
+    derived = [c for c in loads if tiled_cases.derived_placement(c, level)]
+    ops = {"store": (ts.placement_cases(level), ts.MISALIGNED_RULE),
+           "reduce": (ts.reduce_placement_cases(level), ts.REDUCE_MISALIGNED_RULE),
+           "multicast": (tl.multicast.placement_cases(level), tl.multicast.MISALIGNED_RULE),
+           "im2col": (im2col_cases.placement_cases(level), "tma-load.smem-misaligned")}
+    assert len(ops["store"][0]) == len(ops["multicast"][0]) == len(derived)
+    for name, (cases, rule) in ops.items():
+        traps = [c for c in cases if c.rule == rule]
+        assert traps, name
+        for c in cases:
+            off = (c.store if hasattr(c, "store") else c.load).smem_offset
+            assert (c.rule == rule) == bool(off % 128), (name, c.id)
+    if level == "full":
+        by_key: dict = {}
+        for c in derived:
+            key, off = tiled_cases.placement_of(c)
+            by_key.setdefault(key, set()).add(off)
+        for key, offs in by_key.items():
+            assert {o % 128 for o in offs} == set(range(0, 128, 16)), key
+            sweep = {c.id for c in tiled_cases.generate(level)}
+            missing = set(range(128, 1024, 128)) - offs
+            assert all(f"{key}-dst+{o}" in sweep for o in missing), (key, missing)
+
+
+def test_an_im2col_load_off_128_bytes_is_a_trap():
+    c = next(c for c in im2col_cases.placement_cases("standard") if c.expect == "trap")
+    want = im2col.load(c.load, im2col_cases.global_bytes(c), 0)
+    assert (want.kind, want.error) == ("trap", tiled.MISALIGNED_ERROR)
