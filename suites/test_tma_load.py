@@ -36,7 +36,9 @@ def data_cases(level):
 
 
 def trap_cases(level):
-    return [c for c in tiled_cases.generate(level) if c.expect == "trap"]
+    """The sweep's trap cases, and the innermost residues (tiled_cases.residue_cases)."""
+    return [c for c in tiled_cases.generate(level) if c.expect == "trap"] + \
+        list(tiled_cases.residue_cases(level))
 
 
 def misplaced_cases(level):

@@ -36,17 +36,18 @@ def im2col_reductions(level):
 def data_cases(level):
     """The sweep's reductions, and the placement reductions at a multiple of 128 bytes."""
     return [c for c in ts.generate_reduce(level) + ts.reduce_placement_cases(level)
-            if c.rule != ts.REDUCE_MISALIGNED_RULE]
+            if c.expect == "data"]
 
 
 def misplaced_cases(level):
     """The placement reductions off 128 bytes (ts.reduce_placement_cases)."""
-    return [c for c in ts.reduce_placement_cases(level) if c.rule == ts.REDUCE_MISALIGNED_RULE]
+    return [c for c in ts.reduce_placement_cases(level) if c.expect == "trap"]
 
 
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "reduce_case", data_cases)
     engine.parametrize(metafunc, "reduce_misplaced", misplaced_cases)
+    engine.parametrize(metafunc, "reduce_trap", ts.reduce_trap_cases)
     engine.parametrize(metafunc, "reduce_variant", ts.reduce_variant_cases)
     engine.parametrize(metafunc, "im2col_reduce", im2col_reductions)
     engine.parametrize(metafunc, "reduce_negative", ts.reduce_negative_cases)
@@ -79,6 +80,16 @@ def test_tma_reduce_im2col(im2col_reduce, im2col_reduce_batches):
     there; every other byte of the span is unchanged."""
     ts.check_write(im2col_reduce, im2col_reduce_batches.result(im2col_reduce),
                    f"im2col .{im2col_reduce.op} reduction")
+
+
+@pytest.mark.isolated
+@engine.runs_alone(ts.WRITES, "reduce_trap")
+def test_tma_reduce_trap(reduce_trap, gpu, kernels):
+    """A reduction whose innermost coordinate's byte offset is not a multiple of 16 must
+    trap with CUDA_ERROR_ILLEGAL_INSTRUCTION, as the load and the store do (measured); it
+    runs alone in the isolated child."""
+    engine.expect_trap(reduce_trap, ts.WRITES, gpu, kernels, rule=reduce_trap.rule,
+                       reason=ts.trap_reason(reduce_trap.store))
 
 
 @pytest.mark.isolated

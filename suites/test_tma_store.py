@@ -47,7 +47,8 @@ def data_cases(level):
 
 
 def trap_cases(level):
-    return [c for c in ts.generate(level) if c.expect == "trap"]
+    """The sweep's trap stores, and the innermost residues (ts.residue_cases)."""
+    return [c for c in ts.generate(level) if c.expect == "trap"] + list(ts.residue_cases(level))
 
 
 def misplaced_cases(level):

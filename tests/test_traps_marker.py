@@ -26,6 +26,12 @@ EXPECTED_TRAP_TESTS = (
     "suites/test_tma_prefetch.py::test_tma_prefetch_trap",
     "suites/test_toolchain.py::test_unaligned_inner_coordinate_trap_is_contained",
     "suites/test_host_encode.py::test_encode_in_poisoned_context",
+    "suites/test_tma_reduce.py::test_tma_reduce_trap",
+    "suites/test_tma_load.py::test_tma_load_smem_misaligned",
+    "suites/test_im2col_load.py::test_im2col_load_smem_misaligned",
+    "suites/test_multicast.py::test_multicast_smem_misaligned",
+    "suites/test_tma_store.py::test_tma_store_smem_misaligned",
+    "suites/test_tma_reduce.py::test_tma_reduce_smem_misaligned",
 )
 # Cases that run alone in the isolated child and do not trap: report-only fence runs (a
 # CUDA error or a timeout is recorded, not expected), the bounded wait (the kernel
@@ -35,6 +41,8 @@ ISOLATED_NOT_TRAPS = (
     "suites/test_fence_scopes.py::test_across_kernels",
     "suites/test_fence_scopes.py::test_across_kernels_no_acquire",
     "suites/test_fence_scopes.py::test_host_pinned",
+    "suites/test_fence_scopes.py::test_in_flight_no_drain",        # report-only, as no_acquire
+    "suites/test_fence_scopes.py::test_in_flight_ring_no_drain",
     "suites/test_library_maps.py::test_triton_device_map_reused",   # loads in bounds, fence or not
     "suites/test_toolchain.py::test_bounded_wait_reports_timeout",
     "suites/test_tma_load.py::test_large_global_dim",
