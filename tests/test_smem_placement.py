@@ -10,6 +10,7 @@ import pytest
 
 import fixtures.tma_load as tl
 import fixtures.tma_store as ts
+from fixtures.tma_store import reduce_cases
 from fixtures.tensormap.enums import Swizzle
 from fixtures.tensormap.registry import get, measured
 from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
@@ -32,8 +33,9 @@ def test_every_swizzle_mode_at_its_offsets(level):
             missing = set(range(16, 1024, 16)) - offs
             assert all(f"{c.id.rsplit('-dst+', 1)[0]}-dst+{o}" in sweep
                        for o in missing for c in cases if c.load.swizzle == swz), (swz, missing)
-        else:
-            assert len(offs) == 2 and sum(o % 128 == 0 for o in offs) == 1, (swz, offs)
+        else:       # standard: a multiple of 128 each, a trap for two modes (im2col: the others)
+            want = 2 if swz in (Swizzle.NONE, Swizzle.B64) else 1
+            assert len(offs) == want and sum(o % 128 == 0 for o in offs) == 1, (swz, offs)
     smoke = tiled_cases.placement_cases("smoke")       # one trap: every run's lane has work
     assert len(smoke) == 1 and smoke[0].expect == "trap" and smoke[0].load.swizzle == Swizzle.B128
 
@@ -112,3 +114,29 @@ def test_an_im2col_load_off_128_bytes_is_a_trap():
     c = next(c for c in im2col_cases.placement_cases("standard") if c.expect == "trap")
     want = im2col.load(c.load, im2col_cases.global_bytes(c), 0)
     assert (want.kind, want.error) == ("trap", tiled.MISALIGNED_ERROR)
+
+
+def test_a_misplaced_source_lays_its_bytes_inside_the_source():
+    """A store or reduction source off 128 bytes under a swizzle: its bytes are laid as at
+    the 128-byte line below (the copy traps; the address's own pattern put some outside
+    the source, and the harness raised IndexError laying a reduction's operands)."""
+    from fixtures.tma_store import model
+    for c in ts.placement_cases("full"):
+        if c.expect == "trap" and c.store.swizzle != Swizzle.NONE:
+            _, sbyte = model._byte_pairs(c.store)
+            assert sbyte.min() >= 0 and sbyte.max() < model.source_bytes(c.store), c.id
+    for c in ts.reduce_placement_cases("full"):
+        reduce_cases.data(c)            # raised IndexError at 224, 432, ... under 128B swizzle
+
+
+def test_a_harness_exception_in_the_trap_child_is_the_harness_s(monkeypatch):
+    """A case that must trap whose child raised (the harness's own code, not a CUDA error)
+    is a harness error, never the rule's failure."""
+    from fixtures.cuda_layer.faults import HarnessError
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine import traps
+    monkeypatch.setattr(traps, "run_alone", lambda *a, **k: Outcome("exception", error="IndexError: x"))
+    c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
+    with pytest.raises(HarnessError, match="IndexError"):
+        traps.expect_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
+                          reason="r", error=tiled.MISALIGNED_ERROR)
