@@ -38,7 +38,7 @@ import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.tensormap.registry import check, fail
-from fixtures.tma_box import im2col, im2col_cases, tiled
+from fixtures.tma_box import im2col, im2col_cases
 
 
 def data_cases(level):
@@ -111,9 +111,8 @@ def test_im2col_load_smem_misaligned(im2col_misplaced, gpu, kernels):
     """An im2col load whose destination is 16..112 bytes past a 128-byte boundary, which
     the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as the
     tiled load does (measured); it runs alone in a child process."""
-    engine.expect_trap(im2col_misplaced, tl.IM2COL, gpu, kernels, rule=im2col_misplaced.rule,
-                       reason=tiled.placement_reason(im2col_misplaced.load.smem_offset),
-                       error=tiled.MISALIGNED_ERROR)
+    engine.expect_misaligned_trap(im2col_misplaced, tl.IM2COL, gpu, kernels, rule=im2col_misplaced.rule,
+                                  smem_offset=im2col_misplaced.load.smem_offset)
 
 
 # ---------------------------------------------------------------- im2col-wide (sm_100)

@@ -22,7 +22,6 @@ from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import check, fail_all
-from fixtures.tma_box import tiled
 
 mc = tl.multicast
 
@@ -103,9 +102,8 @@ def test_multicast_smem_misaligned(mc_misplaced, gpu, kernels):
     16..112 bytes past a 128-byte boundary, which the Programming Guide forbids, must trap
     with CUDA_ERROR_MISALIGNED_ADDRESS, as the plain load does (measured); it runs alone in
     the isolated child."""
-    engine.expect_trap(mc_misplaced, tl.MULTICAST, gpu, kernels, rule=mc.MISALIGNED_RULE,
-                       reason=tiled.placement_reason(mc_misplaced.load.smem_offset),
-                       error=tiled.MISALIGNED_ERROR)
+    engine.expect_misaligned_trap(mc_misplaced, tl.MULTICAST, gpu, kernels, rule=mc.MISALIGNED_RULE,
+                                  smem_offset=mc_misplaced.load.smem_offset)
 
 
 _SIZES = (2, 4, 8, 16)

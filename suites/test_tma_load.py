@@ -131,9 +131,8 @@ def test_tma_load_smem_misaligned(misplaced_case, gpu, kernels):
     """A load whose shared-memory destination is 16..112 bytes past a 128-byte boundary,
     which the Programming Guide forbids (tiled.SMEM_ALIGN_QUOTE), must trap with
     CUDA_ERROR_MISALIGNED_ADDRESS (measured); it runs alone in a child process."""
-    engine.expect_trap(misplaced_case, tl.TILED, gpu, kernels, rule="tma-load.smem-misaligned",
-                       reason=tiled.placement_reason(misplaced_case.load.smem_offset),
-                       error=tiled.MISALIGNED_ERROR)
+    engine.expect_misaligned_trap(misplaced_case, tl.TILED, gpu, kernels, rule="tma-load.smem-misaligned",
+                                  smem_offset=misplaced_case.load.smem_offset)
 
 
 # Seed 004: "globalDim array, which specifies tensor size of each of the tensorRank

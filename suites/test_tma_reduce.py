@@ -24,7 +24,6 @@ import pytest
 
 import fixtures.tma_store as ts
 from fixtures import engine
-from fixtures.tma_box import tiled
 from fixtures.cuda_layer import build
 from fixtures.tensormap.registry import check
 
@@ -99,9 +98,9 @@ def test_tma_reduce_smem_misaligned(reduce_misplaced, gpu, kernels):
     """A reduction whose shared-memory source is 16..112 bytes past a 128-byte boundary,
     which the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as
     the load and the store do (measured); it runs alone in the isolated child."""
-    engine.expect_trap(reduce_misplaced, ts.WRITES, gpu, kernels, rule=ts.REDUCE_MISALIGNED_RULE,
-                       reason=tiled.placement_reason(reduce_misplaced.store.smem_offset),
-                       error=tiled.MISALIGNED_ERROR)
+    engine.expect_misaligned_trap(reduce_misplaced, ts.WRITES, gpu, kernels,
+                                  rule=ts.REDUCE_MISALIGNED_RULE,
+                                  smem_offset=reduce_misplaced.store.smem_offset)
 
 
 @pytest.mark.isolated

@@ -38,7 +38,6 @@ import pytest
 
 import fixtures.tma_store as ts
 from fixtures import engine
-from fixtures.tma_box import tiled
 
 
 def data_cases(level):
@@ -123,9 +122,8 @@ def test_tma_store_smem_misaligned(store_misplaced, gpu, kernels):
     """A store whose shared-memory source is 16..112 bytes past a 128-byte boundary, which
     the Programming Guide forbids, must trap with CUDA_ERROR_MISALIGNED_ADDRESS, as the
     load does (measured); it runs alone in the isolated child."""
-    engine.expect_trap(store_misplaced, ts.WRITES, gpu, kernels, rule=ts.MISALIGNED_RULE,
-                       reason=tiled.placement_reason(store_misplaced.store.smem_offset),
-                       error=tiled.MISALIGNED_ERROR)
+    engine.expect_misaligned_trap(store_misplaced, ts.WRITES, gpu, kernels, rule=ts.MISALIGNED_RULE,
+                                  smem_offset=store_misplaced.store.smem_offset)
 
 
 @pytest.mark.isolated

@@ -141,3 +141,24 @@ def test_a_harness_exception_in_the_trap_child_is_the_harness_s(monkeypatch):
     with pytest.raises(HarnessError, match="IndexError"):
         traps.expect_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
                           reason="r", error=tiled.MISALIGNED_ERROR)
+
+
+def test_a_misplaced_case_passes_only_on_the_misaligned_address_error(monkeypatch):
+    """expect_misaligned_trap: the case passes on CUDA_ERROR_MISALIGNED_ADDRESS only; a
+    completed copy or another error fails the case's measured rule."""
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine import traps
+    from fixtures.tensormap.registry import RuleFailure
+    c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
+    for out, ok in ((Outcome("cuda_error", error=tiled.MISALIGNED_ERROR), True),
+                    (Outcome("cuda_error", error=tiled.TRAP_ERROR), False),
+                    (Outcome("returned", value={}), False)):
+        monkeypatch.setattr(traps, "run_alone", lambda *a, _o=out, **k: _o)
+        if ok:
+            traps.expect_misaligned_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
+                                         smem_offset=c.load.smem_offset)
+        else:
+            with pytest.raises(RuleFailure, match=r"\[rule tma-load.smem-misaligned\]"):
+                traps.expect_misaligned_trap(c, tl.TILED, None, None,
+                                             rule="tma-load.smem-misaligned",
+                                             smem_offset=c.load.smem_offset)
