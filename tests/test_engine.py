@@ -429,6 +429,33 @@ def test_a_trap_in_a_batch_fails_its_case_alone(monkeypatch):
     assert b.result(cases[2]) == f"run of {cases[2].id}" and len(calls) == 4
 
 
+def test_the_harness_raising_in_the_child_is_a_harness_error_not_the_rule(monkeypatch):
+    """The harness's own exception in the child (say, memory it could not allocate) judges
+    no rule: the case that raises it alone is a HarnessError, the rest run on."""
+    from fixtures.cuda_layer.faults import HarnessError
+    groups: dict = {}
+    for c in _cases("tiled"):
+        groups.setdefault(tl.TILED.key(c), []).append(c)
+    cases = next(g for g in groups.values() if len(g) >= 3)[:3]
+    bad = cases[1].id
+
+    def fake_run_isolated(tgt, op, cs, *args, device, timeout, alone):
+        ids = [c.id for c in cs]
+        if bad in ids:
+            return Outcome("exception", error="HarnessError: harness: put the tensor in "
+                                              "registered memory failed")
+        return Outcome("returned", {i: f"run of {i}" for i in ids})
+
+    monkeypatch.setattr(engine_batches, "run_isolated", fake_run_isolated)
+    b = engine.Batches(SimpleNamespace(arch="sm_90a", sm=90, ordinal=0), _Kernels(), cases,
+                       tl.TILED)
+    with pytest.raises(HarnessError, match=r"the load did not complete: the harness raised "
+                                           r"HarnessError: harness: put the tensor in registered"):
+        b.result(cases[1])
+    assert b.result(cases[0]) == f"run of {cases[0].id}"
+    assert b.result(cases[2]) == f"run of {cases[2].id}"
+
+
 # ---------------------------------------------------------------- one launch, faked
 
 class _FakeArray(np.ndarray):
