@@ -344,3 +344,22 @@ def test_junit_read_back_tells_a_harness_error_by_phase(tmp_path):
     got = {cid.split("::")[-1]: (c.state, c.phase) for cid, c in read_junit(path).cases.items()}
     assert got == {"test_call": (HARNESS, "call"), "test_setup": (HARNESS, "setup"),
                    "test_old": (HARNESS, "call"), "test_rule": (FAILED, "teardown")}, got
+
+
+ODD_PROPERTY = '''
+class Version(str):          # torch's TorchVersion is one: a str subclass
+    pass
+
+def test_odd_property(request):
+    request.node.user_properties.append(("torch", Version("2.11.0")))
+    request.node.user_properties.append(("nested", {"a": [Version("x"), 1.5, None]}))
+'''
+
+
+def test_a_property_xdist_cannot_send_is_sent_as_plain_text(tmp_path):
+    """A case's user property of a type xdist cannot serialize (a str subclass) ended a
+    whole run in an internal error (exit 3); it travels as plain text now."""
+    root = make_tree(tmp_path / "tree", ODD_PROPERTY, None)
+    out = tmp_path / "rep"
+    cp = pytest_run(root, "-n", "2", "--report-dir", str(out))
+    assert cp.returncode == 0 and "INTERNALERROR" not in cp.stdout, cp.stdout[-3000:]
