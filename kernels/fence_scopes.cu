@@ -427,6 +427,36 @@ FENCE_BOTH_SCOPES(ONE_SHOT)
   }
 FENCE_BOTH_SCOPES(IN_FLIGHT)
 
+// Programmatic dependent launch (flashinfer#4036, NVIDIA/cutlass#2760): the producer lets
+// its dependent start at once (griddepcontrol.launch_dependents), waits delay_ns, then
+// publishes the iteration's version; the consumer, launched with programmatic stream
+// serialization, waits for its prerequisite grid (griddepcontrol.wait) when `wait` is set,
+// then acquires the map in each block and loads (PTX ISA, griddepcontrol: ".wait modifier
+// causes the executing thread to wait until all prerequisite grids in flight have
+// completed and all the memory operations from the prerequisite grids are performed and
+// made visible to the current grid"). Without the wait no document orders the two.
+__device__ inline void spin_ns(u64 ns) {
+  const u64 start = tmac::globaltimer();
+  while (tmac::globaltimer() - start < ns) __nanosleep(256);
+}
+
+#define PDL(NAME, S)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128) fence_produce_pdl_##NAME(                 \
+      const __grid_constant__ TensorMap tmpl, TensorMap* map, const Version* table,           \
+      const u32* sched, u32 iter, u64 delay_ns) {                                             \
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                         \
+    if (threadIdx.x < 32) spin_ns(delay_ns);                                                  \
+    fence::produce_one<S>(tmpl, map, table, sched, nullptr, iter);                           \
+  }                                                                                           \
+  extern "C" __global__ void __launch_bounds__(128) fence_consume_pdl_##NAME(                 \
+      const TensorMap* map, const Version* table, const u32* sched, u32 iter, u32 nloads,     \
+      u32 wait, u32* seen, u32* bad, u32* status, u64 tmo) {                                  \
+    if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");                            \
+    fence::consume_one<S>(map, table, sched, nullptr, iter, nloads, 1u, seen, bad, status,   \
+                          tmo);                                                               \
+  }
+FENCE_BOTH_SCOPES(PDL)
+
 // Graph replays: advance the iteration cursor (one thread).
 extern "C" __global__ void fence_bump(u32* cursor) {
   if (threadIdx.x == 0 && blockIdx.x == 0) *cursor += 1;

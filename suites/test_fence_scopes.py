@@ -39,6 +39,8 @@ def _cases(config):
     c["across_kernels"] = [dict(scope=s, mode=m, blocks=kb, iters=kit)
                            for m in ("stream", "events", "graph") for s in SCOPES]
     c["across_kernels_no_acquire"] = [dict(scope="gpu", mode="stream", blocks=kb, iters=kit)]
+    c["pdl"] = [dict(scope=s, blocks=kb, iters=kit) for s in SCOPES]
+    c["pdl_no_wait"] = [dict(scope="gpu", blocks=kb, iters=kit)]
     c["host_written"] = [dict(where="device", graph=g, blocks=kb, iters=kit) for g in (False, True)]
     c["host_pinned"] = [dict(where="pinned", blocks=kb, iters=p(smoke=4, standard=32, full=128))]
     c["in_flight"] = [dict(scope=s, blocks=132, iters=it, nloads=4) for s in SCOPES]
@@ -73,6 +75,7 @@ IDS = {
     "same_block": "same-block", "across_blocks": "across-blocks",
     "across_blocks_no_acquire": "across-blocks-no-own-acquire",
     "across_kernels": "across-kernels", "across_kernels_no_acquire": "across-kernels-no-acquire",
+    "pdl": "pdl", "pdl_no_wait": "pdl-no-wait",
     "host_written": "host-written", "host_pinned": "host-written",
     "in_flight": "in-flight-own-map", "in_flight_ring": "in-flight-ring",
     "in_flight_no_drain": "in-flight-own-map-no-drain", "in_flight_ring_no_drain": "in-flight-ring-no-drain",
@@ -204,6 +207,32 @@ def test_across_kernels_no_acquire(gpu, kernels, request, case):
                        device=gpu.ordinal, timeout=240, acquire=False,
                        streams=fences.needs_streams("across_kernels", case["mode"]), **case)
     _observe(request, out, 'seed 001: "stream-order synchronization do[es] not suffice"')
+
+
+# ------------------------------------------------------------------ 3b. dependent launches
+@pytest.mark.rule("fence.pdl-wait")
+def test_pdl(gpu, kernels, request, case):
+    """Programmatic dependent launch (flashinfer#4036, NVIDIA/cutlass#2760): the producer
+    kernel lets its dependent start, waits 20 us and publishes the iteration's map; the
+    consumer, launched with programmatic stream serialization, executes
+    griddepcontrol.wait, acquires the map in each block and loads: every load sees the
+    published version (PTX ISA, griddepcontrol)."""
+    r = _run(gpu, kernels, fences.run_pdl, **case)
+    _report(request, r)
+    r.check("fence.pdl-wait", "fence.release-acquire", f"fence.scope-{case['scope']}",
+            case=request.node.callspec.id)
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("run.isolated-child")
+def test_pdl_no_wait(gpu, kernels, request, case):
+    """An observation, never a pass: test_pdl without griddepcontrol.wait in the consumer
+    (flashinfer#4036's shape). No document orders a dependent grid that does not wait
+    after its prerequisite's writes; the counts say what this GPU shows."""
+    out = run_isolated("fixtures.fences.runner:isolated", "pdl", gpu.arch, kernels.cache_dir,
+                       device=gpu.ordinal, timeout=240, wait=False, **case)
+    _observe(request, out, "PTX ISA, griddepcontrol: only .wait orders a dependent grid "
+             "after its prerequisite's memory operations")
 
 
 # ------------------------------------------------------------------ 4. host-written maps
