@@ -34,6 +34,7 @@ import pytest
 
 from fixtures import engine
 from fixtures import library_maps as lm
+from fixtures.cuda_layer import memory_kinds
 from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.cuda_layer.isolation import run_isolated
@@ -301,8 +302,30 @@ def cuda_core_pool(cuda_core_dumper):
 
 @pytest.mark.rule("library.cuda-core.map")
 def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request):
+    _cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request)
+
+
+@pytest.mark.rule("library.cuda-core.map")
+@pytest.mark.parametrize("memory", [k for k in memory_kinds.KINDS if k != "device"])
+def test_cuda_core_map_memory_kind(memory, cuda_core_dumper, request):
+    """cuda.core's map over a tensor in each kind of memory but cudaMalloc's
+    (NVIDIA/cccl#10511: a managed pool's pointers refused by CCCL's encoder) equals the
+    driver's, as over cudaMalloc's (test_cuda_core_map), for the first cuda.core case."""
+    import numpy as np
+    c = lm.cuda_core_cases(sweep.level(request.config))[0]
+    pool, held = memory_kinds.to_gpu(np.zeros(POOL_BYTES, dtype=np.uint8), memory)
+    try:
+        _cuda_core_map(c, cuda_core_dumper, pool, request, f" over {memory} memory")
+    finally:
+        del pool
+        held.close()
+
+
+def _cuda_core_map(c, cuda_core_dumper, cuda_core_pool, request, where: str = ""):
+    """cuda.core's map of case ``c`` over ``cuda_core_pool`` (a CuPy array) against the
+    driver's (library.cuda-core.map)."""
     import cupy  # lazy: CuPy: optional (extras), slow to import
-    c, p = cuda_core_case, cuda_core_case.load
+    p = c.load
     es = p.esize
     arr = cupy.ndarray(tuple(c.shape()), dtype=NUMPY_STORAGE[p.dtype], memptr=cuda_core_pool.data,
                        strides=tuple(s * es for s in c.strides_elems()))
@@ -316,7 +339,7 @@ def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request
     try:
         desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **kw)
     except Refused as exc:   # cuda.core's refusal: the finding (other errors: the harness's)
-        fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes: {exc}")
+        fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes{where}: {exc}")
     v = lm.cuda_core(c, cuda_core_dumper.map_bytes(desc), int(cuda_core_pool.data.ptr))
     _explained(request, v)
     fail_all(c.id, v.errors)

@@ -46,7 +46,12 @@ def misplaced_cases(level):
     return [c for c in tiled_cases.placement_cases(level) if c.expect == "trap"]
 
 
+def memory_cases(level):
+    return list(tiled_cases.memory_cases(level))
+
+
 def pytest_generate_tests(metafunc):
+    engine.parametrize(metafunc, "memory_case", memory_cases)
     engine.parametrize(metafunc, "load_case", data_cases)
     engine.parametrize(metafunc, "trap_case", trap_cases)
     engine.parametrize(metafunc, "misplaced_case", misplaced_cases)
@@ -122,6 +127,25 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     engine.expect_trap(trap_case, tl.TILED, gpu, kernels, rule="tma-load.trap",
                        reason=tiled.trap_reason(trap_case.load))
+
+
+@pytest.mark.rule("tma-load.memory-kind")
+def test_tma_load_memory_kind(memory_case, gpu, kernels):
+    """A map over a tensor in memory other than cudaMalloc's (a stream-ordered pool,
+    managed memory, a managed pool, pinned or registered host memory) encodes and loads
+    the model's box (seed 004 asks of the address only its alignment)."""
+    op = replace(tl.TILED, memory=memory_case.memory)
+    run = engine.Batches(gpu, kernels, [memory_case], op).result(memory_case)
+    cid = memory_case.id
+    check(run.encode_status == "CUDA_SUCCESS", "tma-load.memory-kind", cid,
+          f"cuTensorMapEncodeTiled refused a map over {memory_case.memory} memory: "
+          f"{run.encode_status}")
+    check(run.status == st.OK, "tma-load.memory-kind", cid,
+          f"the load over {memory_case.memory} memory did not complete: status {run.status}")
+    want = tiled.load(memory_case.load, tl.TILED.tensor(memory_case), 0)
+    if run.image != want.data:
+        fail("tma-load.memory-kind", cid, f"over {memory_case.memory} memory: "
+             + mismatch_message(memory_case, run.image, want.data))
 
 
 @pytest.mark.isolated
