@@ -36,9 +36,10 @@ def data_cases(level):
 
 
 def trap_cases(level):
-    """The sweep's trap cases, and the innermost residues (tiled_cases.residue_cases)."""
+    """The sweep's trap cases, and the innermost residues through host maps
+    (tiled_cases.residue_cases) and maps the device builds (device_residue_cases)."""
     return [c for c in tiled_cases.generate(level) if c.expect == "trap"] + \
-        list(tiled_cases.residue_cases(level))
+        list(tiled_cases.residue_cases(level)) + list(tiled_cases.device_residue_cases(level))
 
 
 def misplaced_cases(level):

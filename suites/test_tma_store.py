@@ -46,7 +46,8 @@ def data_cases(level):
 
 
 def trap_cases(level):
-    """The sweep's trap stores, and the innermost residues (ts.residue_cases)."""
+    """The sweep's trap stores, and the innermost residues (ts.residue_cases: host and
+    device-built maps)."""
     return [c for c in ts.generate(level) if c.expect == "trap"] + list(ts.residue_cases(level))
 
 
