@@ -16,7 +16,13 @@ ids are the tiled cases'):
   map (the cases at non-negative coordinates), every byte of the tensor and a guard after it;
 * ``test_triton_device_map_reused``: a device map rebuilt in a loop, with Triton's fence and
   with its acquire deleted (stale maps must show);
+* ``test_triton_view_host`` / ``test_triton_view_device``: the same over a PyTorch view
+  that starts inside a larger tensor (``TensorDescriptor.from_tensor``, or the view's
+  pointer, shape and strides to ``tl.make_tensor_descriptor``): the map at the view's first
+  byte, the block of the view (its edges filled, though the parent goes on);
 * ``test_cuda_core_map``: ``StridedMemoryView.as_tensor_map`` against the driver's;
+  ``test_cuda_core_map_memory_kind`` over pools, managed and host memory;
+  ``test_cuda_core_view`` over a CuPy view, read through DLPack or the CUDA Array Interface;
 * ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
   installed library's source.
 
@@ -52,6 +58,8 @@ def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "triton_case", lm.triton_cases)
     engine.parametrize(metafunc, "triton_store_case", lm.triton_store_cases)
     engine.parametrize(metafunc, "cuda_core_case", lm.cuda_core_cases)
+    engine.parametrize(metafunc, "triton_view_case", lm.triton_view_cases)
+    engine.parametrize(metafunc, "cuda_core_view_case", lm.cuda_core_view_cases)
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -76,6 +84,13 @@ def triton_store_runs(request, gpu, kernels):
     """The store cases' own batches: their ids are the map cases' (a Batches keys by id)."""
     selected = selected_ids(request.session.items, ("triton_store_case",))
     return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_store_cases(sweep.level(
+        request.config)) if c.id in selected])
+
+
+@pytest.fixture(scope="session")
+def triton_view_runs(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("triton_view_case",))
+    return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_view_cases(sweep.level(
         request.config)) if c.id in selected])
 
 
@@ -106,7 +121,16 @@ def _device_result(runs, c, rule: str, request) -> dict:
     return r
 
 
-def _launched_map(c, r, rule: str, verb: str, request) -> list:
+def _at(c, r, check):
+    """``check(address)`` at the case's map address; for a view, through ``view_verdict``
+    (which names a dropped offset)."""
+    if c.view:
+        return lm.view_verdict(check, c, r["address"], r["parent"])
+    return check(r.get("launched_address", r["address"]))
+
+
+def _launched_map(c, r, rule: str, verb: str, request,
+                  map_rule: str = "library.triton.host-map") -> list:
     """The map Triton's launcher made for the case's TensorDescriptor argument (with the
     kernel's metadata) against the driver's: [(rule, message)]. A kernel that did not
     compile, or a descriptor Triton refused, fails the case under ``rule``."""
@@ -118,9 +142,9 @@ def _launched_map(c, r, rule: str, verb: str, request) -> list:
     meta = r["meta"]
     box, errors = lm.triton_box(c, meta["block_size"], meta["swizzle"])
     if not errors:
-        v = lm.triton_host(c, r["launched"], r["launched_address"], Swizzle(meta["swizzle"]), box,
-                           f"The map Triton's launcher made (make_tensordesc_arg with the "
-                           f"kernel's metadata {meta})")
+        v = _at(c, r, lambda address: lm.triton_host(
+            c, r["launched"], address, Swizzle(meta["swizzle"]), box, f"The map Triton's "
+            f"launcher made (make_tensordesc_arg with the kernel's metadata {meta})", map_rule))
         _explained(request, v)
         errors += v.errors
     return errors
@@ -188,6 +212,12 @@ def _ptx_errors(c, ptx) -> tuple[list, Swizzle | None]:
 def test_triton_device_map(triton_case, triton_runs, request):
     c = triton_case
     r = _device_result(triton_runs, c, "library.triton.device-map", request)
+    fail_all(c.id, _device_map_errors(c, r, request))
+
+
+def _device_map_errors(c, r, request, map_rule: str = "library.triton.device-map") -> list:
+    """The map Triton's kernel built on the device against the driver's, with what its PTX
+    says: [(rule, message)]."""
     errors, swizzle = _ptx_errors(c, r["ptx"])
     meta = r.get("meta")
     if swizzle is None:
@@ -204,10 +234,11 @@ def test_triton_device_map(triton_case, triton_runs, request):
                            f"{swizzle.name}, the host kernel of the same block has "
                            f"{Swizzle(meta['swizzle']).name}"))
         if not errors:
-            v = lm.triton_device(c, r["device_map"], r["address"], swizzle, box)
+            v = _at(c, r, lambda address: lm.triton_device(c, r["device_map"], address, swizzle,
+                                                          box, map_rule))
             _explained(request, v)
             errors += v.errors
-    fail_all(c.id, errors)
+    return errors
 
 
 @pytest.mark.rule("library.triton.load")
@@ -217,6 +248,51 @@ def test_triton_device_load(triton_case, triton_runs, request):
     r = _device_result(triton_runs, c, "library.triton.load", request)
     fail_all(c.id, lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on "
                                   "the device (tl.make_tensor_descriptor)"))
+
+
+# --------------------------------------------------------------------- Triton, views
+@pytest.mark.rule("library.triton.view")
+@needs_triton
+def test_triton_view_host(triton_view_case, triton_view_runs, request):
+    """A TensorDescriptor made from a PyTorch view inside a larger tensor
+    (``from_tensor``): the map Triton's launcher made against the driver's at the view's
+    first byte, and the block a kernel loaded through it against the model of the view."""
+    c = triton_view_case
+    r = _view_result(triton_view_runs, c, request)
+    errors = _launched_map(c, r, "library.triton.view", "loading", request, "library.triton.view")
+    errors += lm.check_block(c, r.get("host_block"), "Triton's host map of a view (a "
+                             "TensorDescriptor.from_tensor argument)", rule="library.triton.view")
+    fail_all(c.id, errors)
+
+
+@pytest.mark.rule("library.triton.view")
+@needs_triton
+def test_triton_view_device(triton_view_case, triton_view_runs, request):
+    """tl.make_tensor_descriptor over a PyTorch view's pointer, shape and strides: the map
+    against the driver's at the view's first byte, and the block loaded through it."""
+    c = triton_view_case
+    r = _view_result(triton_view_runs, c, request)
+    if "device_error" in r:
+        fail("library.triton.view", c.id, f"Triton could not compile a kernel making this "
+             f"descriptor on the device: {r['device_error']}")
+    errors = _device_map_errors(c, r, request, "library.triton.view")
+    errors += lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on the "
+                             "device over a view (tl.make_tensor_descriptor)",
+                             rule="library.triton.view")
+    fail_all(c.id, errors)
+
+
+def _view_result(runs, c, request) -> dict:
+    r = _result(runs, c, request)
+    request.node.user_properties.append(("torch", r["torch"]))
+    request.node.user_properties.append(("view", f"{c.view} elements into its parent, "
+                                                 f"{r['address'] - r['parent']} bytes"))
+    if r["data_ptr"] != r["address"]:
+        fail("library.triton.view", c.id, f"PyTorch's view starts at {r['data_ptr']:#x}, "
+             f"{r['data_ptr'] - r['parent']} bytes into its parent; it starts "
+             f"{r['address'] - r['parent']} bytes in (the harness's view is wrong, or "
+             f"PyTorch's slicing is)")
+    return r
 
 
 # --------------------------------------------------------------------- Triton, stores
@@ -300,6 +376,18 @@ def cuda_core_pool(cuda_core_dumper):
     return cupy.zeros(POOL_BYTES, dtype=cupy.uint8)
 
 
+def _cuda_core_options(p) -> dict:
+    """as_tensor_map's options for the case's parameters (the data type where the array's
+    does not name it)."""
+    kw = dict(element_strides=tuple(reversed(p.element_strides)),
+              swizzle=enum_value("TensorMapSwizzle", p.swizzle),
+              oob_fill=enum_value("TensorMapOOBFill", p.oob_fill),
+              interleave=enum_value("TensorMapInterleave", p.interleave))
+    if p.dtype not in NUMPY_NAMES_IT:
+        kw["data_type"] = enum_value("TensorMapDataType", p.dtype)
+    return kw
+
+
 @pytest.mark.rule("library.cuda-core.map")
 def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request):
     _cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request)
@@ -329,18 +417,37 @@ def _cuda_core_map(c, cuda_core_dumper, cuda_core_pool, request, where: str = ""
     es = p.esize
     arr = cupy.ndarray(tuple(c.shape()), dtype=NUMPY_STORAGE[p.dtype], memptr=cuda_core_pool.data,
                        strides=tuple(s * es for s in c.strides_elems()))
-    kw = dict(element_strides=tuple(reversed(p.element_strides)),
-              swizzle=enum_value("TensorMapSwizzle", p.swizzle),
-              oob_fill=enum_value("TensorMapOOBFill", p.oob_fill),
-              interleave=enum_value("TensorMapInterleave", p.interleave))
-    if p.dtype not in NUMPY_NAMES_IT:
-        kw["data_type"] = enum_value("TensorMapDataType", p.dtype)
     request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
     try:
-        desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **kw)
+        desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **_cuda_core_options(p))
     except Refused as exc:   # cuda.core's refusal: the finding (other errors: the harness's)
         fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes{where}: {exc}")
     v = lm.cuda_core(c, cuda_core_dumper.map_bytes(desc), int(cuda_core_pool.data.ptr))
+    _explained(request, v)
+    fail_all(c.id, v.errors)
+
+
+@pytest.mark.rule("library.cuda-core.view")
+@pytest.mark.parametrize("interface", ["dlpack", "cuda_array_interface"])
+def test_cuda_core_view(cuda_core_view_case, interface, cuda_core_dumper, request):
+    """StridedMemoryView.as_tensor_map of a CuPy view inside a larger tensor, the view read
+    through DLPack or the CUDA Array Interface: its map against the driver's at the view's
+    first byte (the parent's address plus the view's offset, reckoned here)."""
+    import cupy  # lazy: CuPy: optional (extras), slow to import
+    c, p = cuda_core_view_case, cuda_core_view_case.load
+    parent = cupy.asarray(lm.parent_bytes(c)).view(NUMPY_STORAGE[p.dtype])
+    parent = parent.reshape(lm.parent_shape(c))
+    view = parent[tuple(slice(a, a + d) for a, d in zip(reversed(c.view), c.shape()))]
+    base, address = int(parent.data.ptr), int(parent.data.ptr) + lm.view_offset(c)
+    request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
+    try:
+        desc = cuda_core_dumper.descriptor(view, tuple(c.block()), interface, **_cuda_core_options(p))
+    except Refused as exc:
+        fail("library.cuda-core.view", c.id, f"cuda.core refused a map of a view the driver "
+             f"encodes: {exc}")
+    lib = cuda_core_dumper.map_bytes(desc)
+    v = lm.view_verdict(lambda at: lm.cuda_core(c, lib, at, "library.cuda-core.view"), c,
+                        address, base)
     _explained(request, v)
     fail_all(c.id, v.errors)
 

@@ -289,8 +289,8 @@ def test_only_what_cuda_core_documents_raising_is_its_refusal():
             raise raises
 
         d = object.__new__(CudaCoreDumper)
-        d.view = (lambda a: (_ for _ in ()).throw(BufferError("no DLPack"))) if view_fails else \
-            (lambda a: SimpleNamespace(as_tensor_map=as_tensor_map))
+        d.view = (lambda a, i=None: (_ for _ in ()).throw(BufferError("no DLPack"))) \
+            if view_fails else (lambda a, i=None: SimpleNamespace(as_tensor_map=as_tensor_map))
         return d
 
     for exc in (ValueError("the pointer is not 16-byte aligned"), CUDAError("CUDA_ERROR_INVALID_VALUE")):
@@ -304,3 +304,60 @@ def test_only_what_cuda_core_documents_raising_is_its_refusal():
     with pytest.raises(HarnessError, match="harness: make cuda.core's StridedMemoryView of the tensor "
                                            "failed: BufferError: no DLPack"):
         dumper(ValueError("unused"), view_fails=True).descriptor(None, (8,))
+
+
+# ------------------------------------------------------------------ views
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_a_view_is_its_parents_slice(level):
+    """Read through the view's geometry from its first byte, the bytes are NumPy's slice of
+    the parent at the view's start: the offset, dims and strides describe one view; every
+    view starts past the parent's first element and ends before its last, in every
+    dimension, and stays 16-byte aligned."""
+    cases = lm.triton_view_cases(level) + lm.cuda_core_view_cases(level)
+    assert cases and len({(c.lib, c.id) for c in cases}) == len(cases)
+    for c in cases:
+        p, es = c.load, c.load.esize
+        off = lm.view_offset(c)
+        assert off % 16 == 0 and off > 0 and c.id.endswith("-view"), c.id
+        store = np.dtype(f"u{es}")
+        parent = lm.parent_bytes(c).view(store).reshape(lm.parent_shape(c))
+        want = parent[tuple(slice(a, a + d) for a, d in zip(reversed(c.view), c.shape()))]
+        assert all(a > 0 and a + d < n for a, d, n in zip(reversed(c.view), c.shape(),
+                                                          lm.parent_shape(c))), c.id
+        flat = lm.parent_bytes(c)[off:].view(store) if off % es == 0 else None
+        got = np.lib.stride_tricks.as_strided(
+            flat, shape=tuple(c.shape()), strides=tuple(s * es for s in c.strides_elems()))
+        assert np.array_equal(got, want), c.id
+        if c.lib == lm.TRITON:
+            assert lm.triton_expresses(p) == "", c.id
+
+
+def test_standard_views_cover_each_element_size_and_cross_the_views_bounds():
+    tri, cc = lm.triton_view_cases("standard"), lm.cuda_core_view_cases("standard")
+    for cases in (tri, cc):
+        assert {c.load.esize for c in cases} == {1, 2, 4, 8}
+        p = [c.load for c in cases]
+        assert all(any(x < 0 or x + b * e > d for x, b, e, d in zip(
+            q.coords, q.box_dim, q.element_strides, q.global_dim)) for q in p)
+    assert len(cc) == 20 and len(tri) >= 12
+
+
+def test_the_model_of_a_view_fills_where_the_parent_goes_on():
+    """The model's block of a view whose box crosses its bounds holds the fill there, not
+    the parent's bytes (which a map of the parent's extent would load)."""
+    c = next(c for c in lm.triton_view_cases("standard") if c.load.oob_fill == OobFill.NONE)
+    block = np.frombuffer(checks.expected_block(c), dtype=np.uint8).reshape(-1, c.load.esize)
+    _, inb, _ = tiled.box_elements(c.load)
+    assert (~inb).any() and not block[~inb].any(), c.id
+
+
+def test_a_dropped_view_offset_is_named():
+    """view_verdict: a map that fails at the view's address but is the one wanted at the
+    parent's says the offset was dropped; one that fails at both says only its failure."""
+    def check_at(good):
+        return lambda at: checks.MapVerdict([] if at == good else [("r", "differs.")], [])
+    v = checks.view_verdict(check_at(0x1000), None, 0x1040, 0x1000)
+    assert "the view's offset of 64 bytes was dropped" in v.errors[0][1]
+    v = checks.view_verdict(check_at(0x2000), None, 0x1040, 0x1000)
+    assert v.errors == [("r", "differs.")]
+    assert not checks.view_verdict(check_at(0x1040), None, 0x1040, 0x1000).errors
