@@ -18,6 +18,11 @@ def test_scope_of():
     assert scope_of("suites/t.py::test_a") == "suites/t.py::test_a"
     nid = "suites/t.py::test_a[f16-r3]"
     assert scope_of(nid) == f"suites/t.py::test_a#{bucket('f16-r3')}"
+    # the cases that pay a setup once per process share their file's one unit
+    assert scope_of("suites/t.py::test_a[f16-r3-view]") == scope_of(
+        "suites/t.py::test_b[u8-r1-view]") == "suites/t.py::*-view"
+    assert scope_of("suites/t.py::test_a[u8-r1-view-dlpack]") != scope_of(
+        "suites/t.py::test_a[f16-r3-view]")
 
 
 def test_each_bucket_runs_on_one_worker_and_ids_stay_clean(tmp_path):
