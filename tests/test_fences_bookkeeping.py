@@ -276,3 +276,19 @@ def test_scenarios_on_several_streams_run_with_the_users_hardware_queues(monkeyp
     runner.require_queues("across_kernels", "stream")
     monkeypatch.delenv(cuda_env.CONNECTIONS)
     runner.require_queues("across_kernels", "events")
+
+
+def test_ring_args_are_set_by_name_and_only_through_ring_args():
+    """Every number of a RingArgs is the one named (a positional call once passed the
+    timeout as ``drain`` and left the timeout 0, so every two-GPU flag wait ended at once,
+    seen first on a node of two H200s); no module of the harness builds one otherwise."""
+    from fixtures.fences.kernel import ring_args
+    a = ring_args(1, 2, 3, 4, 5, iters=6, K=7, nloads=8, consumers=9, acquire_mode=10,
+                  drain=False, timeout_ns=11 << 33)
+    assert [getattr(a, f) for f, _ in a._fields_] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 11 << 33]
+    root = Path(fences.__file__).resolve().parents[1]
+    calls = [f"{p.relative_to(root)}: {line.strip()}" for p in root.rglob("*.py")
+             for line in p.read_text().splitlines()
+             if "RingArgs(" in line and "class RingArgs" not in line]
+    assert calls == ["fences/kernel.py: return RingArgs(maps, table, sched, flag, done, "
+                     "iters=iters, K=K, nloads=nloads,"], calls
