@@ -224,11 +224,15 @@ def test_pdl(gpu, kernels, request, case):
 
 
 @pytest.mark.isolated
+@pytest.mark.trap       # may trap: a load through a map not yet written (an H200, once in three)
 @pytest.mark.rule("run.isolated-child")
 def test_pdl_no_wait(gpu, kernels, request, case):
     """An observation, never a pass: test_pdl without griddepcontrol.wait in the consumer
     (flashinfer#4036's shape). No document orders a dependent grid that does not wait
-    after its prerequisite's writes; the counts say what this GPU shows."""
+    after its prerequisite's writes; the counts say what this GPU shows. An H200 showed
+    all three: every load right; stale and zero blocks; an illegal instruction (a load
+    through a map not yet written, flashinfer#4036's error), so the case is marked trap
+    and a health check leaves it out."""
     out = run_isolated("fixtures.fences.runner:isolated", "pdl", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=240, wait=False, **case)
     _observe(request, out, "PTX ISA, griddepcontrol: only .wait orders a dependent grid "

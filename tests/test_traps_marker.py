@@ -32,6 +32,7 @@ EXPECTED_TRAP_TESTS = (
     "suites/test_multicast.py::test_multicast_smem_misaligned",
     "suites/test_tma_store.py::test_tma_store_smem_misaligned",
     "suites/test_tma_reduce.py::test_tma_reduce_smem_misaligned",
+    "suites/test_fence_scopes.py::test_pdl_no_wait",      # may trap (an H200 did, once in three)
 )
 # Cases that run alone in the isolated child and do not trap: report-only fence runs (a
 # CUDA error or a timeout is recorded, not expected), the bounded wait (the kernel
@@ -43,7 +44,6 @@ ISOLATED_NOT_TRAPS = (
     "suites/test_fence_scopes.py::test_host_pinned",
     "suites/test_fence_scopes.py::test_in_flight_no_drain",        # report-only, as no_acquire
     "suites/test_fence_scopes.py::test_in_flight_ring_no_drain",
-    "suites/test_fence_scopes.py::test_pdl_no_wait",
     "suites/test_library_maps.py::test_triton_device_map_reused",   # loads in bounds, fence or not
     "suites/test_toolchain.py::test_bounded_wait_reports_timeout",
     "suites/test_tma_load.py::test_large_global_dim",
