@@ -277,9 +277,9 @@ import os, pathlib, time, pytest
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
-    pathlib.Path(os.environ["TMAC_TEST_FLAG"]).touch()
-    try:                                  # code that swallows whatever interrupts it
-        time.sleep(30)
+    try:                                  # code that swallows whatever interrupts it (the
+        pathlib.Path(os.environ["TMAC_TEST_FLAG"]).touch()     # flag inside: a signal sent
+        time.sleep(30)                                          # once it shows lands here)
     except BaseException:
         pass
 '''
