@@ -95,9 +95,11 @@ def triton_view_runs(request, gpu, kernels):
 
 
 def _result(triton_runs, case, request):
+    """The case's result; skips where the child could not run it, naming what to install
+    (the result's own ``install``, else Triton's)."""
     r = triton_runs.result(case)
     if "unavailable" in r:
-        pytest.skip(f"{r['unavailable']}: {lm.INSTALL}")
+        pytest.skip(f"{r['unavailable']}: {r.get('install', lm.INSTALL)}")
     request.node.user_properties.append(("triton", r["triton"]))
     return r
 
@@ -284,9 +286,7 @@ def test_triton_view_device(triton_view_case, triton_view_runs, request):
 
 def _view_result(runs, c, request) -> dict:
     """The view case's result (its PyTorch and where its view starts as user properties);
-    skips naming PyTorch where the child has none."""
-    if runs.result(c).get("unavailable", "").startswith("PyTorch"):
-        pytest.skip(runs.result(c)["unavailable"])
+    skips naming PyTorch where the child has none (``_result``)."""
     r = _result(runs, c, request)
     request.node.user_properties.append(("torch", r["torch"]))
     request.node.user_properties.append(("view", f"{c.view} elements into its parent, "
