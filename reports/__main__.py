@@ -1,4 +1,4 @@
-"""``python -m reports {matrix,diff,merge,timeline,bench}``; see README.md.
+"""``python -m reports {matrix,diff,merge,timeline,repro,bench}``; see README.md.
 
 Exit status: 0 success (diff: nothing got worse; merge: all nodes alike and passing),
 1 diff found a regression not accepted (or, --strict, another or unknown harness) /
@@ -17,6 +17,7 @@ from . import bench
 from . import diff as diff_mod
 from . import matrix as matrix_mod
 from . import merge as merge_mod
+from . import repro as repro_mod
 from . import timeline as timeline_mod
 from .model import ReportInputError, load_run
 
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m reports") -> int:
                    help="the run's wall time measured outside it: what the timeline does not "
                         "cover of it is unattributed")
     t.set_defaults(fn=cmd_timeline)
+    repro_mod.add_parser(sub)
     sub.add_parser("bench", help="time to verdict: sweeps, workers, compiles (see its --help)")
     a = p.parse_args(argv)
     a.prog = prog
