@@ -1,4 +1,4 @@
-"""``python -m reports repro RUN_DIR CASE_ID [--out DIR]`` / ``--all-failed``: the
+"""``python -m reports repro RUN_DIR CASE_ID... [--out DIR]`` / ``--all-failed``: the
 standalone reproducer of a case of a run (fixtures/repro), one Python file per case
 that needs only the NVIDIA driver, cuda-python (with NVRTC) and NumPy.
 
@@ -20,20 +20,20 @@ def _env(run) -> dict:
     return run.env if isinstance(run.env, dict) else {}
 
 
-def ids_to_write(run, case_id: str | None, all_failed: bool) -> list[str]:
+def ids_to_write(run, case_ids: list[str], all_failed: bool) -> list[str]:
     if all_failed:
         return sorted(c.id for c in run.cases.values() if c.state in WRITTEN_STATES)
-    return [case_id]
+    return list(case_ids)
 
 
 def main(a) -> int:
     """The ``repro`` command of ``python -m reports`` (``a``: its parsed arguments)."""
     me = f"{a.prog} repro"
-    if bool(a.case_id) == bool(a.all_failed):
-        print(f"{me}: give one CASE_ID or --all-failed", file=sys.stderr)
+    if bool(a.case_ids) == bool(a.all_failed):
+        print(f"{me}: give CASE_ID(s) or --all-failed", file=sys.stderr)
         return 2
     run = load_run(a.run)
-    ids = ids_to_write(run, a.case_id, a.all_failed)
+    ids = ids_to_write(run, a.case_ids, a.all_failed)
     if not ids:
         print(f"{me}: the run has no failed case and no known issue: nothing to write")
         return 0
@@ -66,7 +66,7 @@ def main(a) -> int:
 def add_parser(sub) -> None:
     r = sub.add_parser("repro", help="a standalone reproducer (one Python file) of a case of a run")
     r.add_argument("run", help="run folder (its results.json and environment.json)")
-    r.add_argument("case_id", nargs="?", help="the case id, as the report gives it")
+    r.add_argument("case_ids", nargs="*", metavar="CASE_ID", help="a case id, as the report gives it")
     r.add_argument("--all-failed", action="store_true", help="one file per failed case of the run (known issues included)")
     r.add_argument("--out", help="folder to write into (default: RUN/repro)")
     r.set_defaults(fn=main)

@@ -20,6 +20,8 @@ CUDA, VOCAB, BOX, ENGINE, PLUGINS = "cuda_layer", "tensormap", "tma_box", "engin
 LAYERS = (CUDA, VOCAB, BOX, ENGINE)
 FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store",
             "library_maps")
+# Tools over the features (not plugins): the standalone reproducers.
+TOOLS = ("repro",)
 
 
 def _imports(path: Path, top_level_only: bool = False):
@@ -50,6 +52,8 @@ def _allowed(pkg: str, target: str) -> bool:
         return other in LAYERS[:LAYERS.index(pkg)]
     if pkg in FEATURES:
         return other in LAYERS
+    if pkg in TOOLS:
+        return other in LAYERS + FEATURES
     return False
 
 
@@ -63,11 +67,11 @@ def _packages():
 def test_import_direction():
     """The shared layers import only the layers below them (the CUDA layer, the
     tensor-map vocabulary, the box models, the engine); a feature imports the shared
-    layers and itself, never another feature; the plugins anything; reports/ nothing of
-    fixtures at import time."""
+    layers and itself, never another feature; a tool (the reproducers) the layers and the
+    features; the plugins anything; reports/ nothing of fixtures at import time."""
     bad = []
     for path, rel, pkg in _packages():
-        assert pkg in LAYERS + (PLUGINS,) + FEATURES, f"fixtures/{pkg}: not a known sub-package"
+        assert pkg in LAYERS + (PLUGINS,) + FEATURES + TOOLS, f"fixtures/{pkg}: not a known sub-package"
         for line, target in _imports(path):
             if not _allowed(pkg, target):
                 bad.append(f"fixtures/{rel}:{line} imports {target}")
