@@ -14,14 +14,13 @@ runtime's GPU calls replaced. On a GPU node, ``.devrun``-style runs of the files
 GPU check (the resolution note of issue 43)."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
+import base64
 import venv
 import zlib
-import base64
 from pathlib import Path
 
 import numpy as np
@@ -281,8 +280,7 @@ def test_differ_names_the_first_bytes():
 
 
 # ------------------------------------------------------------------ the command
-def test_the_command_on_bad_input(tmp_path, written):
-    run = next(iter(written.values())).parent.parent
+def test_the_command_on_bad_input(tmp_path):
     p = _run([sys.executable, "-m", "reports", "repro", str(tmp_path / "nowhere"), "x"])
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     p = _run([sys.executable, "-m", "reports", "repro", str(tmp_path)])
