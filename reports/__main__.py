@@ -2,8 +2,8 @@
 
 Exit status: 0 success (diff: nothing got worse; merge: all nodes alike and passing),
 1 diff found a regression not accepted (or, --strict, another or unknown harness) /
-merge flagged a node, a node does not pass or fewer came than --expect-nodes, 2
-unreadable input, output that cannot be written, the same run given twice to merge,
+merge flagged a node, a node does not pass or fewer came than --expect-nodes / repro
+met a case no reproducer is written for (the others written), 2 unreadable input, output that cannot be written, the same run given twice to merge,
 or bad usage. Installed as the console script ``tmac-reports`` (tmac_reports.py), which
 runs from any folder.
 """
