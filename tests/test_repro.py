@@ -259,6 +259,8 @@ def _fake_file(tmp_path, case: dict, child: dict | None, gpu_ok: bool = True) ->
      "CUDA_ERROR_ILLEGAL_INSTRUCTION", 0, "NOT REPRODUCED"),
     ({"error": None, "failures": []}, "CUDA_ERROR_ILLEGAL_INSTRUCTION", 1,
      "expected the trap CUDA_ERROR_ILLEGAL_INSTRUCTION; it completed"),
+    ({"error": None, "failures": ["cuTensorMapEncodeTiled returned CUDA_ERROR_INVALID_VALUE"]},
+     "CUDA_ERROR_ILLEGAL_INSTRUCTION", 1, "; it stopped before the launch\ncuTensorMapEncodeTiled returned"),
     (None, None, 1, "the child process ended (3) with no result"),
     ({"setup": "NVRTC cannot build the kernel"}, None, 2, "SETUP PROBLEM (no verdict on the case): NVRTC"),
 ])
@@ -282,6 +284,9 @@ def test_differ_names_the_first_bytes():
     assert text.splitlines() == ["the box: 4 of 16 bytes differ from the model",
                                  "  byte 2: GPU 0x02, model 0x09", "  byte 6: GPU 0x02, model 0x09",
                                  "  ... and 2 more"]
+    text = standalone.differ("a map", b"\x01", b"\x02", against="the driver's map")
+    assert text.splitlines() == ["a map: 1 of 1 bytes differ from the driver's map",
+                                 "  byte 0: GPU 0x01, map 0x02"]
 
 
 # ------------------------------------------------------------------ the command
