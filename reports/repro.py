@@ -44,10 +44,12 @@ def main(a) -> int:
         print(f"{me}: cannot write into {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     from fixtures import repro     # the harness, imported only when a file is written
+    from fixtures.plugins import environment
+    writer = {"git_commit": environment.git_commit(), "sources_sha256": environment.sources_digest()}
     status = 0
     for cid in ids:
         try:
-            name, text = repro.write(cid, _env(run), run.cases.get(cid))
+            name, text = repro.write(cid, _env(run), run.cases.get(cid), writer=writer)
         except (repro.Unsupported, LookupError) as e:
             print(f"{me}: {cid}: not written: {e}", file=sys.stderr)
             status = 1

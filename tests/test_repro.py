@@ -89,8 +89,10 @@ def test_a_file_per_kind_from_a_cpu_runs_report(written, case_ids):
         text = path.read_text()
         head = text.split('"""')[1]
         assert case_ids[kind] in " ".join(head.split()), kind
-        for field in ("rule     [rule ", "expected ", "the run  ", "driver   ", "harness  ", "run      python3"):
+        for field in ("rule     [rule ", "expected ", "the run  ", "driver   ", "harness  ",
+                      "written  from the run's report", "run      python3"):
             assert field in head, f"{kind}: no {field!r} in the header"
+        assert "another harness than the run's" not in head, kind      # the same checkout ran it
         case = _case_of(path)
         assert case["id"] == case_ids[kind] and case["steps"], kind
         statuses = [s["expect"] for s in case["steps"] if s["op"] == "encode"]
