@@ -10,8 +10,8 @@ GPU it exits 2 with one line, and imports nothing of the suite (``-X importtime`
 The kernels a file carries compile, with no header, to the very PTX of the suite's
 kernels (NVRTC from PyPI, CCCL's ``<cuda/ptx>`` against ptx_shim.cuh). The expected
 bytes are the suite's models'; the verdicts (exit 0 / 1 / 2) are checked with the
-runtime's GPU calls replaced. On a GPU node, ``.devrun``-style runs of the files are the
-GPU check (the resolution note of issue 43)."""
+runtime's GPU calls replaced. On a GPU node the written files run for real (the clean
+environment's case then skips, saying so)."""
 from __future__ import annotations
 
 import os
