@@ -60,6 +60,10 @@ def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "cuda_core_case", lm.cuda_core_cases)
     engine.parametrize(metafunc, "triton_view_case", lm.triton_view_cases)
     engine.parametrize(metafunc, "cuda_core_view_case", lm.cuda_core_view_cases)
+    engine.parametrize(metafunc, "mosaic_case",
+                       lambda level: [c for c in lm.mosaic_cases(level) if not c.refusal])
+    engine.parametrize(metafunc, "mosaic_refusal",
+                       lambda level: [c for c in lm.mosaic_cases(level) if c.refusal])
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -70,6 +74,17 @@ def pytest_generate_tests(metafunc):
 # node without Triton says so whether or not it has a GPU).
 TRITON_MISSING = lm.triton_missing()
 needs_triton = pytest.mark.skipif(bool(TRITON_MISSING), reason=TRITON_MISSING or "Triton is here")
+
+
+MOSAIC_MISSING = lm.mosaic_missing()
+needs_mosaic = pytest.mark.skipif(bool(MOSAIC_MISSING), reason=MOSAIC_MISSING or "Mosaic is here")
+
+
+@pytest.fixture(scope="session")
+def mosaic_runs(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("mosaic_case",))
+    return lm.MosaicBatches(gpu, kernels, [c for c in lm.mosaic_cases(sweep.level(request.config))
+                                           if c.id in selected and not c.refusal])
 
 
 @pytest.fixture(scope="session")
@@ -454,6 +469,36 @@ def test_cuda_core_view(cuda_core_view_case, interface, cuda_core_dumper, reques
                         address, base)
     _explained(request, v)
     fail_all(c.id, v.errors)
+
+
+# --------------------------------------------------------------------- JAX's Mosaic GPU
+@pytest.mark.rule("library.mosaic.map")
+@needs_mosaic
+def test_mosaic_map(mosaic_case, mosaic_runs, request):
+    """The map Mosaic GPU's runtime encodes (mosaic_gpu_init_tma_desc, called as its
+    kernels' host code calls it) against cuTensorMapEncodeTiled of the same tensor and box,
+    every bit; a tensor of 4-bit or 2-bit elements against the UINT8 map of its bytes."""
+    r = mosaic_runs.result(mosaic_case)
+    request.node.user_properties.append(("mosaic", r["version"]))
+    fail_all(mosaic_case.id, lm.mosaic_verdict(mosaic_case, r).errors)
+
+
+@pytest.mark.isolated
+@pytest.mark.rule("library.mosaic.refusal")
+@needs_mosaic
+def test_mosaic_refusal(mosaic_refusal, gpu):
+    """Arguments past a limit seed 004 documents: Mosaic prints its reason and aborts before
+    it encodes (the isolated child dies), and the driver refuses the same parameters."""
+    c, rule = mosaic_refusal, "library.mosaic.refusal"
+    driver = c.load.encode(1 << 20)
+    check(not driver.ok, rule, c.id, "cuTensorMapEncodeTiled encodes these parameters: the "
+          "case is not past a documented limit (the suite's case is wrong)")
+    out = lm.mosaic_refusal_call(c, gpu)
+    check(out.kind == "crashed", rule, c.id,
+          f"Mosaic GPU's runtime did not abort on arguments past a documented limit "
+          f"({c.refusal}): {out}")
+    check(c.refusal in out.detail, rule, c.id,
+          f"the child died, but not saying Mosaic's reason {c.refusal!r}: {out.detail[-500:]}")
 
 
 # --------------------------------------------------------------------- the quotes
