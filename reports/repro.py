@@ -4,7 +4,8 @@ that needs only the NVIDIA driver, cuda-python (with NVRTC) and NumPy.
 
 Exit status: 0 every file written; 1 a case that no reproducer is written for (its kind,
 or not collected at the run's sweep), the others written; 2 unreadable input, an
-unwritable --out, or bad usage.
+unwritable --out, or bad usage; 3 the harness failed writing one (its exception in one
+line), the others written.
 """
 from __future__ import annotations
 
@@ -50,9 +51,14 @@ def main(a) -> int:
     for cid in ids:
         try:
             name, text = repro.write(cid, _env(run), run.cases.get(cid), writer=writer)
-        except (repro.Unsupported, LookupError) as e:
+        except (repro.Unsupported, repro.NotCollected) as e:
             print(f"{me}: {cid}: not written: {e}", file=sys.stderr)
-            status = 1
+            status = max(status, 1)
+            continue
+        except Exception as e:      # the harness's own fault: said in one line, not a traceback
+            print(f"{me}: {cid}: not written: the harness failed writing it: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
+            status = 3
             continue
         path = out / name
         try:

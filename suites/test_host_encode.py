@@ -35,16 +35,9 @@ from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import RuleError, check, fail_all
 
 ALLOC_BYTES = 1 << 22
-WIDE_ARCH = "im2col_wide.arch_cc100"
+WIDE_ARCH = he.WIDE_ARCH
 SMEM_OPTIN_H200 = 232448     # cudaDevAttrMaxSharedMemoryPerBlockOptin on an H200
-
-
-def _ignore(p, cc) -> tuple:
-    """Rules a rule case does not check: below cc 10.0 the im2col-wide architecture rule
-    is checked by test_im2col_wide_rejected_below_cc100 alone, so the wide cases still
-    measure every other im2col-wide rule on this GPU."""
-    q = p.base if isinstance(p, tp.ReplaceParams) else p
-    return (WIDE_ARCH,) if isinstance(q, tp.Im2colWideParams) and tuple(cc) < (10, 0) else ()
+_ignore = he.ignored_rules
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,13 +160,7 @@ def _needs_wide(p):
 
 
 # --------------------------------------------------------------------- rule cases
-ARCH_PROBES = ("dtype.packed_arch", "swizzle.atom_arch")
-
-
-def sm100_only(case, cc) -> bool:
-    """A case of another rule on a map only sm_100 can encode (packed type, 128B_ATOM)."""
-    q = case.params.base if isinstance(case.params, tp.ReplaceParams) else case.params
-    return tuple(cc) < (10, 0) and case.rule not in ARCH_PROBES and he.is_extra(q)
+sm100_only = he.sm100_only
 
 def test_rule_case(encode_case, gpu, alloc, encode_log):
     """The driver's accept/reject equals the rules model's for one boundary case."""

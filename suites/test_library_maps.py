@@ -47,6 +47,7 @@ from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.cuda_layer.toolchain import dist_version
 from fixtures.tensormap import registry, sweep
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
+from fixtures.cuda_layer.faults import HarnessError
 from fixtures.plugins.case_rules import rests_on
 from fixtures.tensormap.registry import check, fail, fail_all
 
@@ -491,12 +492,15 @@ def test_mosaic_refusal(mosaic_refusal, gpu):
     it encodes (the isolated child dies), and the driver refuses the same parameters."""
     c, rule = mosaic_refusal, "library.mosaic.refusal"
     driver = c.load.encode(1 << 20)
-    check(not driver.ok, rule, c.id, "cuTensorMapEncodeTiled encodes these parameters: the "
-          "case is not past a documented limit (the suite's case is wrong)")
+    if driver.ok:
+        raise HarnessError(f"harness: cuTensorMapEncodeTiled encodes the parameters of "
+                           f"{c.id}: the suite's case is not past a documented limit")
     out = lm.mosaic_refusal_call(c, gpu)
+    if out.kind not in ("crashed", "returned"):
+        raise HarnessError(f"harness: the isolated call of {c.id} did not run: {out}")
     check(out.kind == "crashed", rule, c.id,
-          f"Mosaic GPU's runtime did not abort on arguments past a documented limit "
-          f"({c.refusal}): {out}")
+          f"Mosaic GPU's runtime encoded arguments past a documented limit ({c.refusal}) "
+          f"instead of aborting (the driver refuses them: {driver.status_name})")
     check(c.refusal in out.detail, rule, c.id,
           f"the child died, but not saying Mosaic's reason {c.refusal!r}: {out.detail[-500:]}")
 

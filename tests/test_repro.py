@@ -10,8 +10,9 @@ GPU it exits 2 with one line, and imports nothing of the suite (``-X importtime`
 The kernels a file carries compile, with no header, to the very PTX of the suite's
 kernels (NVRTC from PyPI, CCCL's ``<cuda/ptx>`` against ptx_shim.cuh). The expected
 bytes are the suite's models'; the verdicts (exit 0 / 1 / 2) are checked with the
-runtime's GPU calls replaced. On a GPU node the written files run for real (the clean
-environment's case then skips, saying so)."""
+runtime's GPU calls replaced. Where a CUDA driver is present the clean environment's
+case skips, saying so: the files would run for real there, which this CPU test does not
+judge."""
 from __future__ import annotations
 
 import os
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 
 from fixtures import repro
+from fixtures.cuda_layer import toolchain
 from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.repro import kernel_source, record, standalone
 from fixtures.tma_box import tiled
@@ -191,7 +193,6 @@ def _entries(ptx: str) -> dict:
 def test_a_reproducers_kernel_is_the_suites_ptx(source):
     """The suite's kernel file built with CCCL and the reproducer's, header-free (its
     CCCL calls replaced by ptx_shim.cuh), give the same PTX instructions for every kernel."""
-    from fixtures.cuda_layer import toolchain
     try:
         tool = toolchain.resolve()
     except Exception as exc:       # no NVRTC or CCCL here: said, not passed
@@ -243,7 +244,10 @@ def _fake_file(tmp_path, case: dict, child: dict | None, gpu_ok: bool = True) ->
     child's replay returns ``child`` (None: it crashes)."""
     body = repro.runtime_source()
     gpu = "return None, 'Fake GPU', 90, 13000" if gpu_ok else "raise Setup('no GPU: fake')"
-    result = f"return {child!r}" if child is not None else "raise SystemExit(3)"
+    result = (f"return {child!r}" if isinstance(child, dict) else
+              "raise SystemExit(3)" if child is None else
+              "print('TMAC-LAUNCH k', flush=True); raise SystemExit(3)" if child == "dies-in-launch" else
+              "raise ValueError('an API this reproducer does not know')")
     fake = f"\ndef open_gpu():\n    {gpu}\n\n\ndef replay(case):\n    {result}\n"
     path = tmp_path / "repro-fake.py"
     path.write_text(f"KERNEL = ''\nCASE = {case!r}\n{body}{fake}\nif __name__ == '__main__':\n"
@@ -257,17 +261,22 @@ def _fake_file(tmp_path, case: dict, child: dict | None, gpu_ok: bool = True) ->
      None, 1, "byte 2: GPU 0x01, model 0x00"),
     ({"error": "CUDA_ERROR_ILLEGAL_INSTRUCTION", "where": "the kernel k: CUDA_ERROR_ILLEGAL_INSTRUCTION",
       "failures": []}, None, 1, "the case failed: the kernel k: CUDA_ERROR_ILLEGAL_INSTRUCTION"),
-    ({"error": "CUDA_ERROR_ILLEGAL_INSTRUCTION", "where": "x", "failures": []},
+    ({"error": "CUDA_ERROR_ILLEGAL_INSTRUCTION", "where": "x", "kernel": "k", "failures": []},
      "CUDA_ERROR_ILLEGAL_INSTRUCTION", 0, "NOT REPRODUCED"),
     ({"error": None, "failures": []}, "CUDA_ERROR_ILLEGAL_INSTRUCTION", 1,
      "expected the trap CUDA_ERROR_ILLEGAL_INSTRUCTION; it completed"),
     ({"error": None, "failures": ["cuTensorMapEncodeTiled returned CUDA_ERROR_INVALID_VALUE"]},
      "CUDA_ERROR_ILLEGAL_INSTRUCTION", 1, "; it stopped before the launch\ncuTensorMapEncodeTiled returned"),
-    (None, None, 1, "the child process ended (3) with no result"),
+    (None, None, 2, "SETUP PROBLEM (no verdict on the case): the child process ended (exit 3) before"),
+    ("dies-in-launch", None, 1, "the child process died (exit 3) in the launch of k"),
+    ("raises", None, 2, "the reproducer failed: ValueError: an API this reproducer does not know"),
     ({"setup": "NVRTC cannot build the kernel"}, None, 2, "SETUP PROBLEM (no verdict on the case): NVRTC"),
+    ({"error": "CUDA_ERROR_ILLEGAL_INSTRUCTION", "where": "the kernel builder: CUDA_ERROR_ILLEGAL_INSTRUCTION",
+      "kernel": "builder", "failures": []}, "CUDA_ERROR_ILLEGAL_INSTRUCTION", 1, ", not in k"),
 ])
 def test_verdicts(tmp_path, child, expect_error, code, says):
-    case = {"id": "some-id", "rule": "r.x", "steps": [], "expect": [], "expect_error": expect_error}
+    case = {"id": "some-id", "rule": "r.x", "steps": [], "expect": [], "expect_error": expect_error,
+            "expect_error_in": "k" if expect_error else None}
     p = _run([sys.executable, "-I", str(_fake_file(tmp_path, case, child))])
     assert p.returncode == code, p.stdout + p.stderr
     assert says in p.stdout, p.stdout
