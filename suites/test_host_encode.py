@@ -34,7 +34,7 @@ from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, Dat
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.tensormap.registry import RuleError, check, fail_all
 
-ALLOC_BYTES = 1 << 22
+ALLOC_BYTES = he.ALLOC_BYTES
 WIDE_ARCH = he.WIDE_ARCH
 SMEM_OPTIN_H200 = 232448     # cudaDevAttrMaxSharedMemoryPerBlockOptin on an H200
 _ignore = he.ignored_rules

@@ -51,7 +51,7 @@ from fixtures.cuda_layer.faults import HarnessError
 from fixtures.plugins.case_rules import rests_on
 from fixtures.tensormap.registry import check, fail, fail_all
 
-POOL_BYTES = 1 << 20        # the cuda.core cases' tensors (the tiled sweep's are <= 192 KiB)
+POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
 UNREADABLE = "is not driver.c's PyCUtensorMapObject"
 
 
