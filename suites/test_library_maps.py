@@ -23,6 +23,12 @@ ids are the tiled cases'):
 * ``test_cuda_core_map``: ``StridedMemoryView.as_tensor_map`` against the driver's;
   ``test_cuda_core_map_memory_kind`` over pools, managed and host memory;
   ``test_cuda_core_view`` over a CuPy view, read through DLPack or the CUDA Array Interface;
+* ``test_cute_tensormap_map``: CUTLASS's CuTe DSL, ``create_tensor_map_tiled`` (its host
+  code calls the driver), against ``cuTensorMapEncodeTiled`` of the same parameters;
+  ``test_cute_atom_map``: ``make_tiled_tma_atom`` (its host code writes the words itself)
+  against the driver's map of the tensor and box the atom declares, with the choices its
+  generated code fixes; ``test_cute_atom_load``: a DSL kernel's load through that atom
+  against the tiled model's box;
 * ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
   installed library's source.
 
@@ -52,6 +58,7 @@ from fixtures.plugins.case_rules import rests_on
 from fixtures.tensormap.registry import check, fail, fail_all
 
 POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
+INSTALLS = {"cutlass": lm.cute_dsl.INSTALL}
 UNREADABLE = "is not driver.c's PyCUtensorMapObject"
 
 
@@ -65,6 +72,10 @@ def pytest_generate_tests(metafunc):
                        lambda level: [c for c in lm.mosaic_cases(level) if not c.refusal])
     engine.parametrize(metafunc, "mosaic_refusal",
                        lambda level: [c for c in lm.mosaic_cases(level) if c.refusal])
+    engine.parametrize(metafunc, "cute_tensormap_case",
+                       lambda level: [c for c in lm.cute_cases(level) if c.path == "tensormap"])
+    engine.parametrize(metafunc, "cute_atom_case",
+                       lambda level: [c for c in lm.cute_cases(level) if c.path == "atom"])
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -86,6 +97,17 @@ def mosaic_runs(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("mosaic_case",))
     return lm.MosaicBatches(gpu, kernels, [c for c in lm.mosaic_cases(sweep.level(request.config))
                                            if c.id in selected and not c.refusal])
+
+
+CUTE_MISSING = lm.cute_missing()
+needs_cute = pytest.mark.skipif(bool(CUTE_MISSING), reason=CUTE_MISSING or "the CuTe DSL is here")
+
+
+@pytest.fixture(scope="session")
+def cute_runs(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case"))
+    return lm.CuteBatches(gpu, kernels, [c for c in lm.cute_cases(sweep.level(request.config))
+                                         if c.id in selected])
 
 
 @pytest.fixture(scope="session")
@@ -505,6 +527,43 @@ def test_mosaic_refusal(mosaic_refusal, gpu):
           f"the child died, but not saying Mosaic's reason {c.refusal!r}: {out.detail[-500:]}")
 
 
+# --------------------------------------------------------------------- CUTLASS's CuTe DSL
+def _cute(case, cute_runs, request):
+    r = cute_runs.result(case)
+    request.node.user_properties.append(("cute_dsl", r["version"]))
+    v = lm.cute_verdict(case, r)
+    _explained(request, v)
+    fail_all(case.id, v.errors)
+
+
+@pytest.mark.rule("library.cute.tensormap")
+@needs_cute
+def test_cute_tensormap_map(cute_tensormap_case, cute_runs, request):
+    """The map CuTe DSL's create_tensor_map_tiled builds (read back by a DSL kernel from its
+    __grid_constant__ parameter) against cuTensorMapEncodeTiled of the same parameters,
+    every bit."""
+    _cute(cute_tensormap_case, cute_runs, request)
+
+
+@pytest.mark.rule("library.cute.atom-map")
+@needs_cute
+def test_cute_atom_map(cute_atom_case, cute_runs, request):
+    """The map CuTe DSL's make_tiled_tma_atom writes itself (bytes 0-63, by
+    copy_tensormap) against cuTensorMapEncodeTiled of the tensor and box the atom declares,
+    with the DSL's fixed choices applied; bit 85 by the tensor's span."""
+    _cute(cute_atom_case, cute_runs, request)
+
+
+@pytest.mark.rule("library.cute.atom-load")
+@needs_cute
+def test_cute_atom_load(cute_atom_case, cute_runs, request):
+    """A DSL kernel's TMA load through the atom (its own partition and swizzled layout)
+    against the tiled model's box at the case's coordinates, every byte of shared memory."""
+    r = cute_runs.result(cute_atom_case)
+    request.node.user_properties.append(("cute_dsl", r["version"]))
+    fail_all(cute_atom_case.id, lm.cute_dsl.load_verdict(cute_atom_case, r))
+
+
 # --------------------------------------------------------------------- the quotes
 def _installed_file(dist_module: str, rel: str) -> Path | None:
     spec = importlib.util.find_spec(dist_module)
@@ -518,7 +577,7 @@ def test_library_sources_say_what_the_rules_quote(quoted_rule):
     dist, rel, quote = lm.SOURCE_QUOTES[quoted_rule]
     path = _installed_file(dist, rel)
     if path is None:
-        pytest.skip(f"{dist} is not installed: {lm.INSTALL}")
+        pytest.skip(f"{dist} is not installed: {INSTALLS.get(dist, lm.INSTALL)}")
     if not path.is_file():
         fail("library.sources", quoted_rule, f"{dist} {dist_version(dist)} has no {rel}: the "
              f"rule {quoted_rule} quotes a file this version does not ship")

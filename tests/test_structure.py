@@ -149,7 +149,17 @@ def test_every_isolation_target_resolves():
     targets = _isolation_targets()
     assert len(targets) >= 8, targets
     for name, where in targets.items():
-        fn = resolve_target(name)
+        try:
+            fn = resolve_target(name)
+        except ModuleNotFoundError as e:
+            # a target module that imports its library at the top (cute_dsl_kernels: the
+            # CuTe DSL) resolves only where the library is: read its definitions instead
+            assert not (e.name or "").startswith(("fixtures", "reports")), e
+            module, _, func = name.partition(":")
+            tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+            assert func in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, \
+                f"{name} (named in {where}) is not a module-level function of {module}"
+            continue
         assert callable(fn), f"{name} (named in {where}) is not callable"
         assert target_name(fn) == name, f"{name} (named in {where}) is not a module-level function"
 
