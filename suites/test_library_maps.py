@@ -76,6 +76,7 @@ def pytest_generate_tests(metafunc):
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "tensormap"])
     engine.parametrize(metafunc, "cute_atom_case",
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "atom"])
+    engine.parametrize(metafunc, "cute_atom_load_case", lm.cute_atom_load_cases)
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -105,7 +106,8 @@ needs_cute = pytest.mark.skipif(bool(CUTE_MISSING), reason=CUTE_MISSING or "the 
 
 @pytest.fixture(scope="session")
 def cute_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case"))
+    selected = selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case",
+                                                    "cute_atom_load_case"))
     return lm.CuteBatches(gpu, kernels, [c for c in lm.cute_cases(sweep.level(request.config))
                                          if c.id in selected])
 
@@ -556,12 +558,12 @@ def test_cute_atom_map(cute_atom_case, cute_runs, request):
 
 @pytest.mark.rule("library.cute.atom-load")
 @needs_cute
-def test_cute_atom_load(cute_atom_case, cute_runs, request):
+def test_cute_atom_load(cute_atom_load_case, cute_runs, request):
     """A DSL kernel's TMA load through the atom (its own partition and swizzled layout)
     against the tiled model's box at the case's coordinates, every byte of shared memory."""
-    r = cute_runs.result(cute_atom_case)
+    r = cute_runs.result(cute_atom_load_case)
     request.node.user_properties.append(("cute_dsl", r["version"]))
-    fail_all(cute_atom_case.id, lm.cute_dsl.load_verdict(cute_atom_case, r))
+    fail_all(cute_atom_load_case.id, lm.cute_load_verdict(cute_atom_load_case, r))
 
 
 # --------------------------------------------------------------------- the quotes

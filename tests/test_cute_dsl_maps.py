@@ -5,10 +5,13 @@ declares, and the verdicts: equal maps pass, and every bit the DSL's rules do no
 explain fails, naming the rule and the bits (maps made by hand, as 16 words)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from fixtures import library_maps as lm
 from fixtures.cuda_layer.batching import scope_of
+from fixtures.plugins.case_rules import measured_of_item
 from fixtures.library_maps import cute_dsl
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, L2Promotion, Swizzle, short
@@ -97,7 +100,8 @@ def _atom_result(case, dsl_word1):
                    (8, 0x400), (9, 0x400))
     l2 = _words((0, 0x7F0000001000), (1, 0x1000006310 | 2 << 17), (6, 0x3F00000000000000),
                 (7, 7), (8, 0x400), (9, 0x400))
-    dsl = _words((0, 0x7F0000001000), (1, dsl_word1), (6, 0x3F00000000000000), (7, 7))
+    dsl = _words((0, 0x7F0000001000), (1, dsl_word1), (6, 0x3F00000000000000), (7, 7))[:64] \
+        + bytes([cute_dsl.SENTINEL]) * 64                  # copy_tensormap copies bytes 0-63
     d, _ = cute_dsl.declared_load(case, ATOM_TYPE)
     return {"address": 1 << 20, "driver": plain, "driver_status": "CUDA_SUCCESS",
             "dsl": dsl, "atom_type": ATOM_TYPE, "declared": d,
@@ -119,12 +123,44 @@ def test_atom_verdict_explains_l2_bit65_and_bit85_by_span(name, bit85):
         assert rule == "library.cute.atom-map" and bits in msg, msg
 
 
-def test_atom_verdict_only_reads_what_copy_tensormap_copies():
+def test_atom_verdict_reads_what_copy_tensormap_copied():
     c = _atom()
     r = _atom_result(c, 0x1000006310 | 2 << 17 | 1 << 1)
-    r["dsl"] = r["dsl"][:64] + bytes([0xA5]) * 64          # bytes 64-127: the sentinel
+    r["dsl"] = r["dsl"][:64] + bytes([cute_dsl.SENTINEL]) * 64     # bytes 64-127 not copied
     assert lm.cute_verdict(c, r).errors == []
-    assert cute_dsl.ATOM_BYTES == 64
+    # a DSL that copies all 128 bytes is held to all 128: its zero words 8-9 then differ
+    r["dsl"] = r["dsl"][:64] + bytes(64)
+    (rule, msg), = lm.cute_verdict(c, r).errors
+    assert rule == "library.cute.atom-map" and "w8" in msg and "bytes 0-127" in msg
+
+
+def test_load_verdict_against_the_tiled_model():
+    for c in (_atom("at128k"), next(x for x in lm.cute_cases("smoke") if x.id.endswith("ragged-atom"))):
+        want = tiled.load(c.load, cute_dsl.pool_bytes(), 0).data[:tiled.smem_bytes(c.load)]
+        r = {"address": 1 << 20, "load": want}
+        assert cute_dsl.load_verdict(c, r) == []
+        bad = bytearray(want)
+        bad[5] ^= 1
+        (rule, msg), = cute_dsl.load_verdict(c, dict(r, load=bytes(bad)))
+        assert rule == "library.cute.atom-load" and "1 of" in msg and "byte 5" in msg
+        assert "no shared memory" in cute_dsl.load_verdict(c, dict(r, load=None))[0][1]
+        assert "left" in cute_dsl.load_verdict(c, dict(r, load=want[:-16]))[0][1]
+    # the near-edge case reads zero fill, not the tensor
+    c = _atom("at128k")
+    assert c.load.coords[0] < 0 and 0 in tiled.load(c.load, cute_dsl.pool_bytes(), 0).data
+
+
+def test_a_tf32_load_rests_on_the_measured_rounding_and_its_map_on_nothing_measured():
+    loads = {c.id: c for c in lm.cute_atom_load_cases("smoke")}
+    maps = {c.id: c for c in lm.cute_cases("smoke") if c.path == "atom"}
+    assert loads.keys() == maps.keys()
+    tid = next(i for i in loads if i.startswith("tf32-"))
+    item = lambda c: SimpleNamespace(callspec=SimpleNamespace(params={"c": c}), user_properties=[],
+                                     get_closest_marker=lambda name: None)
+    assert "BIT_ALTERING_EVIDENCE" in measured_of_item(item(loads[tid]))
+    assert measured_of_item(item(maps[tid])) == ()
+    fid = next(i for i in loads if i.startswith("f16-"))
+    assert measured_of_item(item(loads[fid])) == ()
 
 
 def test_without_the_dsl_the_cases_skip_naming_the_install(monkeypatch):
