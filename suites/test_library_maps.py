@@ -27,8 +27,9 @@ ids are the tiled cases'):
   code calls the driver), against ``cuTensorMapEncodeTiled`` of the same parameters;
   ``test_cute_atom_map``: ``make_tiled_tma_atom`` (its host code writes the words itself)
   against the driver's map of the tensor and box the atom declares, with the choices its
-  generated code fixes; ``test_cute_atom_load``: a DSL kernel's load through that atom
-  against the tiled model's box;
+  generated code fixes; ``test_cute_atom_load`` / ``test_cute_atom_store``: a DSL kernel's
+  load through that atom, and store through a store atom of the same box, against the
+  tiled models;
 * ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
   installed library's source.
 
@@ -77,6 +78,7 @@ def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "cute_atom_case",
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "atom"])
     engine.parametrize(metafunc, "cute_atom_load_case", lm.cute_atom_load_cases)
+    engine.parametrize(metafunc, "cute_atom_store_case", lm.cute_atom_store_cases)
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -107,7 +109,7 @@ needs_cute = pytest.mark.skipif(bool(CUTE_MISSING), reason=CUTE_MISSING or "the 
 @pytest.fixture(scope="session")
 def cute_runs(request, gpu, kernels):
     selected = selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case",
-                                                    "cute_atom_load_case"))
+                                                    "cute_atom_load_case", "cute_atom_store_case"))
     return lm.CuteBatches(gpu, kernels, [c for c in lm.cute_cases(sweep.level(request.config))
                                          if c.id in selected])
 
@@ -564,6 +566,16 @@ def test_cute_atom_load(cute_atom_load_case, cute_runs, request):
     r = cute_runs.result(cute_atom_load_case)
     request.node.user_properties.append(("cute_dsl", r["version"]))
     fail_all(cute_atom_load_case.id, lm.cute_load_verdict(cute_atom_load_case, r))
+
+
+@pytest.mark.rule("library.cute.atom-store")
+@needs_cute
+def test_cute_atom_store(cute_atom_store_case, cute_runs, request):
+    """A DSL kernel's TMA store through a store atom of the same box (at non-negative
+    coordinates) against the tiled store model, every byte of the tensor and after it."""
+    r = cute_runs.result(cute_atom_store_case)
+    request.node.user_properties.append(("cute_dsl", r["version"]))
+    fail_all(cute_atom_store_case.id, lm.cute_store_verdict(cute_atom_store_case, r))
 
 
 # --------------------------------------------------------------------- the quotes

@@ -163,6 +163,26 @@ def test_a_tf32_load_rests_on_the_measured_rounding_and_its_map_on_nothing_measu
     assert measured_of_item(item(loads[fid])) == ()
 
 
+def test_store_expected_is_the_store_models_and_the_verdict_can_fail():
+    from fixtures.tma_store import model
+    cs = lm.cute_atom_store_cases("smoke")
+    assert cs and all(min(c.load.coords) >= 0 for c in cs)
+    for c in cs:
+        n = cute_dsl.store_extent(c)
+        src = cute_dsl.store_source(tiled.smem_bytes(c.load))
+        assert cute_dsl.store_expected(c).tobytes() == model.store(
+            c.load, cute_dsl.pool_bytes()[:n], src, 0), c.id
+    c = next(x for x in cs if x.id.endswith("ragged-atom"))
+    want = cute_dsl.store_expected(c).tobytes()
+    r = {"address": 1 << 20, "store": want}
+    assert lm.cute_store_verdict(c, r) == []
+    bad = bytearray(want)
+    bad[-1] ^= 0xFF                        # a byte past the tensor written
+    (rule, msg), = lm.cute_store_verdict(c, dict(r, store=bytes(bad)))
+    assert rule == "library.cute.atom-store" and "1 of" in msg
+    assert "no tensor" in lm.cute_store_verdict(c, dict(r, store=None))[0][1]
+
+
 def test_without_the_dsl_the_cases_skip_naming_the_install(monkeypatch):
     monkeypatch.setattr(cute_dsl.importlib.util, "find_spec", lambda name: None)
     assert "pip install 'nvidia-cutlass-dsl[cu13]" in cute_dsl.missing()

@@ -124,7 +124,7 @@ def test_a_misplaced_source_lays_its_bytes_inside_the_source():
     from fixtures.tma_store import model
     for c in ts.placement_cases("full"):
         if c.expect == "trap" and c.store.swizzle != Swizzle.NONE:
-            _, sbyte = model._byte_pairs(c.store)
+            _, sbyte = tiled.byte_pairs(c.store)
             assert sbyte.min() >= 0 and sbyte.max() < model.source_bytes(c.store), c.id
     for c in ts.reduce_placement_cases("full"):
         reduce_cases.data(c)            # raised IndexError at 224, 432, ... under 128B swizzle
