@@ -59,6 +59,8 @@ from fixtures.plugins.case_rules import rests_on
 from fixtures.tensormap.registry import check, fail, fail_all
 
 POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
+# What a quoted module's package is installed as, and how (where it is not Triton's)
+DISTRIBUTIONS = {"cutlass": lm.cute_dsl.DISTRIBUTION}
 INSTALLS = {"cutlass": lm.cute_dsl.INSTALL}
 UNREADABLE = "is not driver.c's PyCUtensorMapObject"
 
@@ -592,6 +594,7 @@ def test_library_sources_say_what_the_rules_quote(quoted_rule):
     path = _installed_file(dist, rel)
     if path is None:
         pytest.skip(f"{dist} is not installed: {INSTALLS.get(dist, lm.INSTALL)}")
+    dist = DISTRIBUTIONS.get(dist, dist)
     if not path.is_file():
         fail("library.sources", quoted_rule, f"{dist} {dist_version(dist)} has no {rel}: the "
              f"rule {quoted_rule} quotes a file this version does not ship")
