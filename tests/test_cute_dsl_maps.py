@@ -2,7 +2,9 @@
 level (one per distinct tiled map for create_tensor_map_tiled, the DSL-shaped boxes for
 make_tiled_tma_atom on both sides of a 128 KiB span), the tensor and box an atom's type
 declares, and the verdicts: equal maps pass, and every bit the DSL's rules do not
-explain fails, naming the rule and the bits (maps made by hand, as 16 words)."""
+explain fails, naming the rule and the bits (maps made by hand, as 16 words); the load and
+store checks against the tiled models; and, where the DSL is installed (no GPU needed),
+every function the smoke cases need compiles for sm_90a."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -187,3 +189,57 @@ def test_without_the_dsl_the_cases_skip_naming_the_install(monkeypatch):
     monkeypatch.setattr(cute_dsl.importlib.util, "find_spec", lambda name: None)
     assert "pip install 'nvidia-cutlass-dsl[cu13]" in cute_dsl.missing()
     assert ml.MAP_BITS == 1024 and L2Promotion.L2_128B == 2 and Swizzle.B128 == 3
+
+
+class _FakeArray:
+    """A device array's stand-in for compiling without a GPU (fill, slicing, ``get``)."""
+    def __init__(self, n=128):
+        self.data, self.n = SimpleNamespace(ptr=0x7F0010000000), n
+
+    def fill(self, v):
+        pass
+
+    def __getitem__(self, i):
+        return self
+
+    def __setitem__(self, i, v):
+        pass
+
+    def get(self):
+        return SimpleNamespace(tobytes=lambda: bytes(self.n))
+
+
+@pytest.mark.skipif(cute_dsl.missing() != "", reason="the CuTe DSL is not installed here "
+                    "(pip install -e '.[cutedsl]'): its functions cannot be compiled")
+def test_every_dsl_function_compiles_for_sm90(monkeypatch):
+    """With the DSL installed (no GPU needed), each function the smoke cases need compiles
+    for sm_90a through the child's own code path (its launches replaced): a new DSL
+    release that changes an API the cases use fails here, on a CPU."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    k = pytest.importorskip("fixtures.library_maps.cute_dsl_kernels")
+    fake = SimpleNamespace(full=lambda *a, **kw: _FakeArray(), zeros=lambda *a, **kw: _FakeArray(),
+                           uint8="uint8", cuda=SimpleNamespace(
+                               get_current_stream=lambda: SimpleNamespace(ptr=0, synchronize=lambda: None)))
+    compiled = []
+
+    def compile_only(*args, **kwargs):
+        k.cute.__dict__["_tmac_real_compile"](*args, **kwargs)
+        compiled.append(args[0].__name__)
+        return lambda *a: None
+
+    monkeypatch.setattr(k, "cupy", fake)
+    monkeypatch.setitem(k.cute.__dict__, "_tmac_real_compile", k.cute.compile)
+    monkeypatch.setattr(k.cute, "compile", compile_only)
+    monkeypatch.setattr(k, "_compiled", {})
+    monkeypatch.setattr(k, "_out", None)
+    monkeypatch.setattr(k, "_load_out", None)
+    keys = {}
+    for c in lm.cute_cases("smoke"):
+        keys.setdefault(c.compile_key(), c)
+    for c in keys.values():
+        if c.path == "tensormap":
+            k.tensormap_bytes(c, 0x7F0000000000)
+        else:
+            k.atom_run(c, 0x7F0000000000, 0x7F0020000000)
+            assert "tma_format" in k._declared[c.compile_key()], c.id
+    assert len(compiled) == len(keys)
