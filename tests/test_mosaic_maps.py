@@ -56,7 +56,7 @@ def test_the_cases_of_a_level():
     assert len(ids) == len(set(ids))
     maps = [c for c in cs if not c.refusal and not c.bits]
     assert maps and all(mosaic.expresses(c.load) == "" for c in maps)
-    assert len({mosaic._map_key(c.load) for c in maps}) == len(maps)      # one per distinct map
+    assert len({c.load.map() for c in maps}) == len(maps)      # one per distinct map
     packed = [c for c in cs if c.bits]
     assert packed and all(c.load.dtype == DataType.UINT8 and c.id.endswith(f"-int{c.bits}")
                           and c.rule == "library.mosaic.sub-byte" for c in packed)
