@@ -29,7 +29,11 @@ ids are the tiled cases'):
   against the driver's map of the tensor and box the atom declares, with the choices its
   generated code fixes; ``test_cute_atom_load`` / ``test_cute_atom_store``: a DSL kernel's
   load through that atom, and store through a store atom of the same box, against the
-  tiled models;
+  tiled models; ``test_cute_device_map_reused``: a DSL kernel that rewrites its map every
+  iteration with the DSL's TensorMapManager, with its fences and without the acquire;
+* ``test_pallas_copy``: a JAX Pallas kernel's copy_gmem_to_smem then copy_smem_to_gmem
+  (plain and swizzled buffers, edges, negative offsets) against the tiled models;
+  ``test_pallas_unaligned``: jax-ml/jax#34102's offsets, refused or copied right;
 * ``test_library_sources_say_what_the_rules_quote``: every explanation quotes the
   installed library's source.
 
@@ -61,7 +65,7 @@ from fixtures.tensormap.registry import check, fail, fail_all
 POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
 # What a quoted module's package is installed as, and how (where it is not Triton's)
 DISTRIBUTIONS = {"cutlass": lm.cute_dsl.DISTRIBUTION}
-INSTALLS = {"cutlass": lm.cute_dsl.INSTALL}
+INSTALLS = {"cutlass": lm.cute_dsl.INSTALL, "jax": lm.mosaic.INSTALL}
 UNREADABLE = "is not driver.c's PyCUtensorMapObject"
 
 
@@ -81,6 +85,8 @@ def pytest_generate_tests(metafunc):
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "atom"])
     engine.parametrize(metafunc, "cute_atom_load_case", lm.cute_atom_load_cases)
     engine.parametrize(metafunc, "cute_atom_store_case", lm.cute_atom_store_cases)
+    engine.parametrize(metafunc, "pallas_case", lm.pallas_cases)
+    engine.parametrize(metafunc, "pallas_unaligned_case", lm.pallas_unaligned_cases)
     if "quoted_rule" in metafunc.fixturenames:
         ids = sorted(lm.SOURCE_QUOTES)
         metafunc.parametrize("quoted_rule", ids, ids=ids)
@@ -114,6 +120,18 @@ def cute_runs(request, gpu, kernels):
                                                     "cute_atom_load_case", "cute_atom_store_case"))
     return lm.CuteBatches(gpu, kernels, [c for c in lm.cute_cases(sweep.level(request.config))
                                          if c.id in selected])
+
+
+PALLAS_MISSING = lm.pallas_missing()
+needs_pallas = pytest.mark.skipif(bool(PALLAS_MISSING), reason=PALLAS_MISSING or "Pallas is here")
+
+
+@pytest.fixture(scope="session")
+def pallas_runs(request, gpu, kernels):
+    selected = selected_ids(request.session.items, ("pallas_case", "pallas_unaligned_case"))
+    level = sweep.level(request.config)
+    return lm.PallasBatches(gpu, kernels, [c for c in lm.pallas_cases(level)
+                                           + lm.pallas_unaligned_cases(level) if c.id in selected])
 
 
 @pytest.fixture(scope="session")
@@ -578,6 +596,85 @@ def test_cute_atom_store(cute_atom_store_case, cute_runs, request):
     r = cute_runs.result(cute_atom_store_case)
     request.node.user_properties.append(("cute_dsl", r["version"]))
     fail_all(cute_atom_store_case.id, lm.cute_store_verdict(cute_atom_store_case, r))
+
+
+REUSE_CUTE_TARGET = "fixtures.library_maps.cute_dsl_kernels:reuse_run"
+CUTE_REUSE = [(m, v) for m in ("smem", "gmem") for v in ("fenced", "no-acquire")]
+
+
+@needs_cute
+@pytest.mark.isolated
+@pytest.mark.rule("library.cute.device-fence")
+@pytest.mark.parametrize("mode,variant", CUTE_REUSE, ids=[f"u32-{m}-{v}" for m, v in CUTE_REUSE])
+def test_cute_device_map_reused(mode, variant, gpu, request):
+    """A DSL kernel rewrites its map in one global slot per CTA every iteration of a
+    loop with the DSL's TensorMapManager (``mode``: in shared memory, copied out with
+    cp_fence_tma_desc_release, or in the slot, then fence_tma_desc_release), each time
+    for a new tensor (address, rows, row stride: fixtures/library_maps/reuse.py), and loads
+    an 8 x 32 block through it. With the manager's acquire (``fenced``) every load sees
+    its own tensor; without it (``no-acquire``) stale maps must be seen: the proof that the
+    fenced run could have failed (measured, library.cute.fence-sensitivity). The ids
+    start with the block's type, u32, so that the cases join that type's scheduling unit
+    (whose child has imported the DSL)."""
+    iters = sweep.pick(request.config, smoke=8, standard=32, full=128)
+    cid = f"u32-{mode}-{variant}-p{REUSE_PROGRAMS}-i{iters}"
+    rule = "library.cute.device-fence"
+    out = run_isolated(REUSE_CUTE_TARGET, mode, variant == "fenced", REUSE_PROGRAMS, iters,
+                       device=gpu.ordinal, timeout=240)
+    if out.kind != "returned":
+        fail(rule, cid, f"the {mode} {variant} run did not complete: {out.kind} "
+             f"{out.error or ''} {out.detail[-1500:]}")
+    r = out.value
+    for k in ("counts", "ptx", "version"):
+        request.node.user_properties.append((k, str(r[k])))
+    line = ", ".join(f"{k} {v}" for k, v in r["counts"].items())
+    print(f"{cid}: {line}; PTX {r['ptx']}; " + "; ".join(r["examples"]))
+    loads = sum(r["counts"].values())
+    release = r["ptx"]["cp_release" if mode == "smem" else "release"]
+    check(release >= 1 and r["ptx"]["replace"] >= 1, rule, cid,
+          f"the DSL's PTX lacks the {mode} update's tensormap.replace or its release: {r['ptx']}")
+    if variant == "fenced":
+        check(r["ptx"]["acquire"] >= 1, rule, cid,
+              f"the DSL's PTX lacks fence.proxy.tensormap::generic.acquire: {r['ptx']}")
+        check(r["counts"]["ok"] == loads, rule, cid,
+              f"loads through the map the DSL's TensorMapManager rewrote and fenced saw other "
+              f"versions than their own: {line}. {'; '.join(r['examples'])}")
+    else:
+        check(r["ptx"]["acquire"] == 0, rule, cid,
+              f"the kernel built without fence_tensormap_update still has an acquire: {r['ptx']}")
+        check(r["counts"]["unwritten"] == 0, rule, cid,
+              f"loads without the acquire left blocks unwritten: {line}")
+        check(r["counts"]["stale"] > 0, "library.cute.fence-sensitivity", cid,
+              f"without the acquire, no load saw an earlier iteration's map ({line}): this "
+              f"node does not show what the fence prevents, so the fenced run's pass proves less "
+              f"here than on the H200")
+
+
+# --------------------------------------------------------------------- JAX Pallas on Mosaic GPU
+def _pallas(case, pallas_runs, request):
+    r = pallas_runs.result(case)
+    request.node.user_properties.append(("jax", r["version"]))
+    if r.get("refused"):
+        request.node.user_properties.append(("refused", r["refused"]))
+    fail_all(case.id, lm.pallas_verdict(case, r))
+
+
+@pytest.mark.rule("library.pallas.copy")
+@needs_pallas
+def test_pallas_copy(pallas_case, pallas_runs, request):
+    """A Pallas kernel's copy_gmem_to_smem of a slice into a plain or swizzled shared
+    buffer, then copy_smem_to_gmem to a slice of another tensor, against the tiled load and
+    store models, every byte of that tensor."""
+    _pallas(pallas_case, pallas_runs, request)
+
+
+@pytest.mark.rule("library.pallas.unaligned")
+@needs_pallas
+def test_pallas_unaligned(pallas_unaligned_case, pallas_runs, request):
+    """jax-ml/jax#34102's copies (an offset into a swizzled buffer not known to be a
+    multiple of its tile): refused when the kernel is built, with Mosaic GPU's words, or
+    copied as the models say; a wrong copy fails."""
+    _pallas(pallas_unaligned_case, pallas_runs, request)
 
 
 # --------------------------------------------------------------------- the quotes

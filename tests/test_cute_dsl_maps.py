@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from fixtures import library_maps as lm
@@ -243,3 +244,46 @@ def test_every_dsl_function_compiles_for_sm90(monkeypatch):
             k.atom_run(c, 0x7F0000000000, 0x7F0020000000)
             assert "tma_format" in k._declared[c.compile_key()], c.id
     assert len(compiled) == len(keys)
+
+
+class _HostArray:
+    """A device array's stand-in that holds its host bytes (``get``)."""
+    def __init__(self, a):
+        self.a, self.data = np.asarray(a), SimpleNamespace(ptr=0x7F0020000000)
+
+    def get(self):
+        return self.a
+
+
+@pytest.mark.skipif(cute_dsl.missing() != "", reason="the CuTe DSL is not installed here "
+                    "(pip install -e '.[cutedsl]'): its functions cannot be compiled")
+@pytest.mark.parametrize("mode", ["smem", "gmem"])
+def test_the_reuse_kernel_has_its_fences(monkeypatch, mode):
+    """With the DSL installed (no GPU needed), the reused-map kernel compiles for sm_90a in
+    both update modes; its PTX has the update's release (cp_fenceproxy from shared memory,
+    or the fence after an update in place) and, unless built without it, the acquire."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    k = pytest.importorskip("fixtures.library_maps.cute_dsl_kernels")
+    fake = SimpleNamespace(asarray=_HostArray,
+                           full=lambda n, v, dtype=None: _HostArray(np.full(n, v, np.uint32)),
+                           zeros=lambda n, dtype=None: _HostArray(np.zeros(n, np.uint8)),
+                           uint8="uint8", uint32="uint32", cuda=SimpleNamespace(
+                               get_current_stream=lambda: SimpleNamespace(ptr=0, synchronize=lambda: None)))
+    real = k.cute.compile
+
+    class Built:
+        def __init__(self, *a, **kw):
+            self.__ptx__ = real(*a, **kw).__ptx__
+
+        def __call__(self, *a):
+            pass
+
+    monkeypatch.setattr(k, "cupy", fake)
+    monkeypatch.setattr(k.cute, "compile", Built)
+    monkeypatch.setattr(k, "_compiled", {})
+    for acquire in (True, False):
+        r = k.reuse_run(mode, acquire, 2, 2)
+        assert r["counts"]["unwritten"] == 4          # nothing ran
+        ptx = r["ptx"]
+        assert ptx["replace"] >= 3 and ptx["acquire"] == int(acquire), (mode, acquire, ptx)
+        assert (ptx["cp_release"], ptx["release"]) == ((1, 0) if mode == "smem" else (0, 1))

@@ -107,7 +107,9 @@ def test_every_rule_the_checks_name_is_registered():
               "library.triton.device-zeros", "library.triton.device-zero-words",
               "library.triton.device-fence", "library.triton.load",
               "library.cuda-core.map", "library.cccl.element-stride0", "library.sources",
-              "library.triton.fence-sensitivity", "library.triton.box"):
+              "library.triton.fence-sensitivity", "library.triton.box",
+              "library.cute.device-fence", "library.cute.fence-sensitivity",
+              "library.pallas.copy", "library.pallas.unaligned"):
         assert known(r), r
     for r in list(lm.SOURCE_QUOTES) + list(lm.PTX_QUOTES):
         assert known(r), r

@@ -27,6 +27,7 @@ from reports import model
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED_RULES = {"tma-load.trap", "tma-load.im2col-trap", "tma-prefetch.trap", "tma-store.trap",
                   "tma-reduce.disallowed-pair", "library.triton.fence-sensitivity",
+                  "library.cute.fence-sensitivity",
                   "device-encode.driver-only-words", "library.triton.device-zero-words",
                   "tma-load.smem-misaligned", "tma-store.smem-misaligned",
                   "tma-reduce.smem-misaligned", "tma-reduce.trap"}

@@ -45,6 +45,7 @@ ISOLATED_NOT_TRAPS = (
     "suites/test_fence_scopes.py::test_in_flight_no_drain",        # report-only, as no_acquire
     "suites/test_fence_scopes.py::test_in_flight_ring_no_drain",
     "suites/test_library_maps.py::test_triton_device_map_reused",   # loads in bounds, fence or not
+    "suites/test_library_maps.py::test_cute_device_map_reused",     # the same, in the CuTe DSL
     "suites/test_library_maps.py::test_mosaic_refusal",    # abort() on the host, before any GPU work
     "suites/test_toolchain.py::test_bounded_wait_reports_timeout",
     "suites/test_tma_load.py::test_large_global_dim",
