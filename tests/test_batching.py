@@ -141,32 +141,24 @@ def test_a_batch_whose_run_raises_is_a_harness_error_of_each_of_its_cases():
 def _reference_scheduler(config, log):
     """The scheduler before its bookkeeping was made linear: xdist's own (pending cases
     counted by walking the workload, indices by ``list.index``, xdist's ``_reschedule``
-    with our AHEAD for its 2) with our scope, dead-worker handling and replacement
-    top-up. The new one must decide exactly as this one does."""
+    with our AHEAD for its 2) with our scope and our dead-worker handling (``remove_node``
+    itself, not a copy: what it promises is tested on its own, by
+    ``test_a_dead_workers_crash_item_and_unfinished_cases``). The new one must decide
+    exactly as this one does."""
     from xdist.scheduler import LoadScopeScheduling
     from fixtures.cuda_layer.batching import make_scheduler
-    ahead = type(make_scheduler(config, log)).AHEAD
+    ours = type(make_scheduler(config, log))
+    ahead = ours.AHEAD
 
     class Reference(LoadScopeScheduling):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self._pending, self._index = {}, {}     # ours.remove_node forgets a node's
+
         def _split_scope(self, nodeid):
             return scope_of(nodeid)
 
-        def remove_node(self, node):
-            workload = self.assigned_work.pop(node)
-            unfinished = [(scope, {nid: False for nid, done in unit.items() if not done})
-                          for scope, unit in workload.items()]
-            unfinished = [(scope, unit) for scope, unit in unfinished if unit]
-            if not unfinished:
-                return None
-            crashitem = next(iter(unfinished[0][1]))
-            del unfinished[0][1][crashitem]
-            for scope, unit in reversed(unfinished):
-                if unit:
-                    self.workqueue[scope] = unit
-                    self.workqueue.move_to_end(scope, last=False)
-            for other in self.assigned_work:
-                self._reschedule(other)
-            return crashitem
+        remove_node = ours.remove_node
 
         def _reschedule(self, node):
             if node not in self.registered_collections:
@@ -261,6 +253,39 @@ def _simulate(make, seed, n_workers, collection, deaths):
             events.append(("finished", n.name, sched.remove_node(n)))
     events.append(("end", sched.tests_finished, sched.has_pending, dict(sched.workqueue)))
     return events
+
+
+def test_a_dead_workers_crash_item_and_unfinished_cases():
+    """A worker that dies: its crash item is the first case it was sent and did not
+    finish (a worker runs its cases in the order sent); its other unfinished cases go back
+    to the front of the queue, unit by unit in the order it was sent them, without the
+    crash item and without the cases it finished, ahead of the units no worker was sent; a
+    replacement worker is sent those first, in that order."""
+    from types import SimpleNamespace
+    from xdist.remote import Producer
+    from fixtures.cuda_layer.batching import make_scheduler
+    events: list = []
+    config = SimpleNamespace(getvalue=lambda name: ["1*popen"] if name == "tx" else None,
+                             option=SimpleNamespace(loadscopereorder=False))
+    sched = make_scheduler(config, Producer("sim", enabled=False))
+    ids = ([f"s/t.py::test_x[a{i}-view]" for i in range(3)]      # three units (-view:
+           + [f"s/u.py::test_y[b{i}-view]" for i in range(2)]    # one unit per file)
+           + [f"s/v.py::test_z[c{i}-view]" for i in range(2)])
+    first = _SimNode("gw0", events)
+    sched.add_node(first)
+    sched.add_node_collection(first, ids)
+    sched.schedule()
+    assert first.queue == [0, 1, 2, 3, 4]          # two units sent, the third queued
+    sched.mark_test_complete(first, first.queue.pop(0))            # a0 done, a1 running
+    assert sched.remove_node(first) == ids[1]
+    assert list(sched.workqueue) == [scope_of(ids[0]), scope_of(ids[3]), scope_of(ids[5])]
+    assert dict(sched.workqueue[scope_of(ids[0])]) == {ids[2]: False}
+    second = _SimNode("gw1", events)
+    sched.add_node(second)
+    sched._reschedule(second)
+    sched.add_node_collection(second, ids)
+    sched.schedule()
+    assert second.queue[:3] == [2, 3, 4] and not {0, 1} & set(second.queue)
 
 
 def test_the_scheduler_decides_as_xdist_bookkeeping_does():
