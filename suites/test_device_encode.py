@@ -45,6 +45,7 @@ from fixtures.plugins.reporting import write_artifact
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap import sweep
 from fixtures.tensormap.encode import encode_tiled, replace_address
+from fixtures.tensormap.params import map_to_json
 from fixtures.tensormap.registry import check, fail, fail_all
 
 DRIVER_ONLY_WORDS = de.DRIVER_ONLY_WORDS
@@ -370,7 +371,7 @@ def _write_layout(ctx, config, summary):
         if r.device is None or r.host is None:
             continue
         x, y = ml.as_int(r.device), ml.as_int(r.host)
-        pairs.append({"id": c.id, "params": ml.map_to_json(r.target),
+        pairs.append({"id": c.id, "params": map_to_json(r.target),
                       "device": [f"0x{ml.word(x, w):016x}" for w in range(16)],
                       "host": [f"0x{ml.word(y, w):016x}" for w in range(16)],
                       "template": None if r.template is None else

@@ -27,7 +27,8 @@ import fixtures.host_encode as he
 from fixtures.tensormap import params as tp
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap import sweep
-from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, encode_params, replace_params
+from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, replace_params
+from fixtures.tensormap.params import encode_params
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)

@@ -25,6 +25,7 @@ import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import isolation, lane, status as st
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
+from fixtures.tensormap.params import TiledLoad
 from fixtures.tensormap.registry import check, fail, fail_all
 from fixtures.tma_box import tiled, tiled_cases
 
@@ -195,8 +196,8 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     v = out.value
     check(v["encode"] == "CUDA_SUCCESS", rule, case_id, f"encode returned {v['encode']}")
     check(v["status"] == st.OK, rule, case_id, f"load status {st.describe(v['status'])}")
-    p = tiled.TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
-                        Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
+    p = TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
+                  Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
     want = tiled.load(p, engine.device_maps.pool_host(), 0).data
     if v["image"] != want:
         fail(rule, case_id, mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))

@@ -119,7 +119,7 @@ def test_bad_arch_is_refused(arch):
 
 def test_build_records_its_inputs(kdir, tmp_path):
     b = compile_(kdir, tmp_path)
-    assert b.nvrtc_version == build.nvrtc_version() == b.toolchain.nvrtc_version
+    assert b.nvrtc_version == toolchain.nvrtc_version() == b.toolchain.nvrtc_version
     assert Path(b.cccl_include, "cuda", "ptx").is_file()
     assert b.cccl_include == b.toolchain.cccl_include
     assert "-std=c++17" in b.options and "-DVALUE=1" in b.options

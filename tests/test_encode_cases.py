@@ -6,15 +6,17 @@ import re
 
 import pytest
 
+from fixtures.host_encode import bases as eb
 from fixtures.host_encode import cases as ec
 from fixtures.host_encode import rules as R
+from fixtures.tensormap import params as P
 from fixtures.tensormap.enums import DataType, Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle
 
 LEVELS = ("smoke", "standard", "full")
 
 
 def _view(p):
-    return p.base if isinstance(p, R.ReplaceParams) else p
+    return p.base if isinstance(p, P.ReplaceParams) else p
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -25,14 +27,14 @@ def test_ids_unique_and_readable(level):
     assert not dup, dup[:5]
     for i in ids:
         assert re.fullmatch(r"[A-Za-z0-9_.^+\-]+", i), i
-        assert "param" not in i and i.split("-")[-1] in ec.SIDES, i
+        assert "param" not in i and i.split("-")[-1] in eb.SIDES, i
 
 
 def test_ids_are_stable():
     """Same list, same order, every time (no hash() or set order involved)."""
     a = [c.id for c in ec.cases("standard")]
     ec.cases.cache_clear()
-    ec.base_pool.cache_clear()
+    eb.base_pool.cache_clear()
     ec._split_pool.cache_clear()
     b = [c.id for c in ec.cases("standard")]
     assert a == b
@@ -87,12 +89,12 @@ def test_outside_cases_mostly_break_only_their_rule():
 
 
 def test_bases_are_valid():
-    for kind in (R.TILED, R.IM2COL, R.WIDE):
-        pool = ec.base_pool(kind)
+    for kind in (P.TILED, P.IM2COL, P.WIDE):
+        pool = eb.base_pool(kind)
         assert pool
         for p in pool:
             v = R.evaluate(p, (10, 0))
-            assert v.accept, (ec.base_id(p), v.ids)
+            assert v.accept, (eb.base_id(p), v.ids)
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -102,7 +104,7 @@ def test_every_enum_value_appears(level):
         p = _view(c.params)
         for f in ("dtype", "interleave", "swizzle", "l2_promotion", "oob_fill", "rank"):
             seen[f].add(getattr(p, f))
-        if isinstance(p, R.Im2colWideParams):
+        if isinstance(p, P.Im2colWideParams):
             seen["mode"].add(p.mode)
     for f, enum_cls in (("dtype", DataType), ("interleave", Interleave), ("swizzle", Swizzle),
                         ("l2_promotion", L2Promotion), ("oob_fill", OobFill),
@@ -114,7 +116,7 @@ def test_every_enum_value_appears(level):
 
 def test_every_kind_is_covered():
     kinds = collections.Counter(c.kind for c in ec.cases("standard"))
-    assert set(kinds) == {R.TILED, R.IM2COL, R.WIDE, R.REPLACE}, kinds
+    assert set(kinds) == {P.TILED, P.IM2COL, P.WIDE, P.REPLACE}, kinds
 
 
 def test_hopper_tiled_bases_span_everything():
@@ -122,7 +124,7 @@ def test_hopper_tiled_bases_span_everything():
     seen = collections.defaultdict(set)
     for c in ec.cases("standard"):
         p = c.params
-        if isinstance(p, R.TiledParams) and R.evaluate(p, (9, 0)).accept:
+        if isinstance(p, P.TiledParams) and R.evaluate(p, (9, 0)).accept:
             for f in ("dtype", "rank", "interleave", "swizzle", "l2_promotion", "oob_fill"):
                 seen[f].add(getattr(p, f))
     assert len(seen["dtype"]) == 13 and len(seen["swizzle"]) == 4
@@ -137,11 +139,11 @@ def test_sweep_sizes():
 
 
 def test_valid_combinations_on_hopper():
-    combos = ec.valid_tiled_combinations(90)
+    combos = eb.valid_tiled_combinations(90)
     assert {p.dtype for p in combos} == set(range(13))
     for p in combos:
-        assert R.evaluate(p, (9, 0)).accept, ec.base_id(p)
-    ids = [ec.base_id(p) for p in combos]
+        assert R.evaluate(p, (9, 0)).accept, eb.base_id(p)
+    ids = [eb.base_id(p) for p in combos]
     assert len(ids) == len(set(ids))
     # 13 dtypes x 5 ranks; rank >= 3 adds 16B (4 swizzles) and 32B (swizzle 32B) interleave
     per = 4 * 2 + (4 + 4 + 1) * 3

@@ -26,8 +26,8 @@ ELEM_BYTES = {D.UINT8: 1, D.UINT16: 2, D.UINT32: 4, D.INT32: 4, D.UINT64: 8, D.I
 def test_element_size_one_answer_per_type():
     assert set(ELEM_BYTES) == set(DataType)
     for d, want in ELEM_BYTES.items():
-        assert geo.elem_bytes(d) == want, d.name
-        assert geo.ELEM_BYTES[d] == want
+        assert enums.elem_bytes(d) == want, d.name
+        assert enums.ELEM_BYTES[d] == want
         assert DTYPES[d].size == want, d.name          # enums' size is geometry's
         assert R.elem_bytes(d) == want                  # so is the rules model's
         if DTYPES[d].is_packed:
@@ -51,9 +51,9 @@ def test_packed_sizes_follow_the_seed_004_sentence():
             "values."):
         assert sentence in text
     # 16 values: 8 bytes without gaps; 8 + 8 gap bytes; 12 + 4 gap bytes
-    assert 16 * geo.elem_bytes(D.U4X16_ALIGN8B) == 8
-    assert 16 * geo.elem_bytes(D.U4X16_ALIGN16B) == 8 + 8
-    assert 16 * geo.elem_bytes(D.U6X16_ALIGN16B) == 12 + 4
+    assert 16 * enums.elem_bytes(D.U4X16_ALIGN8B) == 8
+    assert 16 * enums.elem_bytes(D.U4X16_ALIGN16B) == 8 + 8
+    assert 16 * enums.elem_bytes(D.U6X16_ALIGN16B) == 12 + 4
 
 
 def test_swizzle_span_one_table():
@@ -82,7 +82,7 @@ def test_dense_strides():
     assert geo.extend_strides(D.UINT8, (64, 4, 4), (2048,)) == (2048, 8192)
     assert geo.extend_strides(D.UINT8, (64, 4), (96, 384)) == (96,)
     # the names device_encode and the rules model use are geometry's
-    assert ml.dense_strides is geo.dense_strides and R.dense_strides is geo.dense_strides
+    assert R.dense_strides is geo.dense_strides
     for v in geo.dense_strides(D.FLOAT16, (100, 3, 4)):
         assert isinstance(v, int)
 

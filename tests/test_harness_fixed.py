@@ -79,7 +79,7 @@ def test_constraints_status_lists_the_differences_from_the_closest_file():
     have = {"numpy": "2.4.6", "pytest": "9.1.1", "cupy-cuda13x": "14.2.0", "filelock": "4.3.1"}
     assert env_mod.constraints_status(have, PINS) == \
         "differs from constraints/cu13.txt: numpy 2.4.6 (pinned 2.5.2)"
-    have["filelock"] = env_mod.unavailable("not installed")
+    have["filelock"] = fp_mod.unavailable("not installed")
     assert env_mod.constraints_status(have, PINS) == ("differs from constraints/cu13.txt: filelock not "
                                                       "installed (pinned 4.3.1), numpy 2.4.6 (pinned 2.5.2)")
 

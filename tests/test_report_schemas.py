@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 
 from reports import merge, model, schemas
-from fixtures.plugins import environment
 
 RESULTS = {
     "schema": model.RESULTS_SCHEMA, "run_id": "20261128T000000Z-node1-1", "host": "node1",
@@ -32,7 +31,7 @@ RESULTS = {
 
 
 def test_each_schema_is_valid_and_names_the_version_the_code_writes():
-    written = {"results.json": model.RESULTS_SCHEMA, "environment.json": environment.ENV_SCHEMA,
+    written = {"results.json": model.RESULTS_SCHEMA, "environment.json": model.ENV_SCHEMA,
                "fleet.json": merge.SCHEMA}
     assert set(written) == set(schemas.FILES)
     for name, version in written.items():

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from fixtures.host_encode import rules as R
+from fixtures.tensormap import params as P
 from fixtures.tensormap.enums import DataType, Interleave, Swizzle
 from seeds import seed
 
@@ -15,7 +16,7 @@ def _tiled(**kw):
     base = dict(dtype=int(DataType.FLOAT16), rank=3, global_dim=(128, 16, 4),
                 global_strides=(256, 4096), box_dim=(64, 8, 2), element_strides=(1, 1, 1))
     base.update(kw)
-    return R.TiledParams(**base)
+    return P.TiledParams(**base)
 
 
 def _im2col(**kw):
@@ -24,7 +25,7 @@ def _im2col(**kw):
                 lower_corner=(0, 0), upper_corner=(0, 0), channels_per_pixel=32,
                 pixels_per_column=64)
     base.update(kw)
-    return R.Im2colParams(**base)
+    return P.Im2colParams(**base)
 
 
 def _wide(**kw):
@@ -32,7 +33,7 @@ def _wide(**kw):
                 global_strides=(128, 1024), element_strides=(1, 1, 1), lower_corner_w=0,
                 upper_corner_w=0, channels_per_pixel=32, pixels_per_column=64, swizzle=2)
     base.update(kw)
-    return R.Im2colWideParams(**base)
+    return P.Im2colWideParams(**base)
 
 
 def _seed_text() -> str:
@@ -179,14 +180,14 @@ BOUNDARIES = [
      _wide(dtype=15, swizzle=2, channels_per_pixel=128), (10, 0)),
     ("im2col_wide.swizzle.inner_span", _wide(channels_per_pixel=32), _wide(channels_per_pixel=40), (10, 0)),
     ("arch.tensor_map_cc90", _tiled(), _tiled(), None),
-    ("replace.address.align16", R.ReplaceParams(base=_tiled(), new_address_offset=16),
-     R.ReplaceParams(base=_tiled(), new_address_offset=8), (9, 0)),
+    ("replace.address.align16", P.ReplaceParams(base=_tiled(), new_address_offset=16),
+     P.ReplaceParams(base=_tiled(), new_address_offset=8), (9, 0)),
     ("replace.address.align32_interleave32",
-     R.ReplaceParams(base=_tiled(interleave=2, swizzle=1), new_address_offset=32),
-     R.ReplaceParams(base=_tiled(interleave=2, swizzle=1), new_address_offset=16), (9, 0)),
+     P.ReplaceParams(base=_tiled(interleave=2, swizzle=1), new_address_offset=32),
+     P.ReplaceParams(base=_tiled(interleave=2, swizzle=1), new_address_offset=16), (9, 0)),
     ("replace.address.align32_packed16b",
-     R.ReplaceParams(base=_tiled(dtype=15), new_address_offset=32),
-     R.ReplaceParams(base=_tiled(dtype=15), new_address_offset=16), (10, 0)),
+     P.ReplaceParams(base=_tiled(dtype=15), new_address_offset=32),
+     P.ReplaceParams(base=_tiled(dtype=15), new_address_offset=16), (10, 0)),
 ]
 
 
@@ -226,7 +227,7 @@ def test_invalid_enum_does_not_crash_size_rules():
 
 
 def test_replace_rejects_when_base_invalid():
-    v = R.evaluate(R.ReplaceParams(base=_tiled(box_dim=(64, 8, 0)), new_address_offset=16))
+    v = R.evaluate(P.ReplaceParams(base=_tiled(box_dim=(64, 8, 0)), new_address_offset=16))
     assert not v.accept and not v.violated and v.base_violated
 
 

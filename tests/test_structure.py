@@ -134,6 +134,84 @@ def test_no_module_re_exports_another_package():
     assert not bad, "re-exports of another package's names:\n  " + "\n  ".join(bad)
 
 
+def _project_modules() -> dict[str, Path]:
+    """Every module of fixtures/ and reports/, by dotted name (a package by its own)."""
+    out = {}
+    for d in ("fixtures", "reports"):
+        for path in (ROOT / d).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _defined(tree) -> set[str]:
+    """The names a module binds itself (def, class, assignment; at the top or under a
+    top-level if / try), not by importing them."""
+    out = set()
+    for node in tree.body:
+        for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(n.name)
+            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    out.update(x.id for x in ast.walk(t) if isinstance(x, ast.Name))
+    return out
+
+
+def test_every_name_is_imported_from_its_own_module():
+    """A project name (one a module of fixtures/ or reports/ defines) is imported from,
+    or read through, the module that defines it: never through a module that imported it
+    (at any depth: a chain of such modules is found link by link). A package's
+    ``__init__.py`` may hand on its own modules' names. A module attribute the same file
+    assigns (a patch, as a reproducer's stand-ins replace a runner's function) is read
+    where it is patched. (GLOBAL_GUARD went engine.pool -> tma_store.cases ->
+    tma_store; TRAP_ERROR lived in four namespaces; map_layout kept a REEXPORTED tuple
+    so that the one-hop check above passed.)"""
+    mods = _project_modules()
+    trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
+    defs = {m: _defined(t) for m, t in trees.items()}
+    project = set().union(*defs.values())
+    imported = {m: {a.asname or a.name: (n.module, a.name) for n in t.body
+                    if isinstance(n, ast.ImportFrom) and n.module for a in n.names}
+                for m, t in trees.items()}
+
+    def ok(m, name):
+        if name in defs[m] or f"{m}.{name}" in mods:
+            return True
+        src = imported[m].get(name)
+        own = src and (src[0].startswith(m + ".") or (src[0] == m and f"{m}.{src[1]}" in mods))
+        return bool(mods[m].name == "__init__.py" and own)
+
+    files = [*FIXTURES.rglob("*.py"), *(ROOT / "reports").rglob("*.py"),
+             *(ROOT / "suites").glob("*.py"), *(ROOT / "tests").glob("*.py"), ROOT / "conftest.py"]
+    bad = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        alias = {}
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom) and n.module:
+                alias.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names
+                              if f"{n.module}.{a.name}" in mods})
+            elif isinstance(n, ast.Import):
+                alias.update({a.asname: a.name for a in n.names if a.asname and a.name in mods})
+        bound = {x.id for x in ast.walk(tree) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+        bound |= {a.arg for x in ast.walk(tree) if isinstance(x, ast.arguments)
+                  for a in x.args + x.kwonlyargs + x.posonlyargs}
+        patched = {(t.value.id, t.attr) for x in ast.walk(tree) if isinstance(x, ast.Assign)
+                   for t in x.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)}
+        where = path.relative_to(ROOT)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module in mods:
+                bad += [f"{where}:{n.lineno} imports {a.name} from {n.module}" for a in n.names
+                        if a.name != "*" and not ok(n.module, a.name)]
+            elif (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in alias and n.value.id not in bound and n.attr in project
+                  and (n.value.id, n.attr) not in patched and not ok(alias[n.value.id], n.attr)):
+                bad.append(f"{where}:{n.lineno} reads {n.attr} through {alias[n.value.id]}")
+    assert not bad, ("names read through a module that does not define them (import them "
+                     "from their own):\n  " + "\n  ".join(sorted(set(bad))))
+
+
 def _isolation_targets() -> dict[str, str]:
     found = {}
     for d in ("fixtures", "suites", "reports"):

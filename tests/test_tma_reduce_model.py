@@ -7,13 +7,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fixtures.tensormap.enums import DataType as D
+from fixtures.tensormap.enums import DTYPES, DataType as D
 from fixtures.tma_store import reduce_model as m
 
 
 def red(op, d, old, val, **readings):
     r = m.DEFAULT.with_(**readings) if readings else m.DEFAULT
-    nb = m.DTYPES[m.as_dtype(d)].bits // 8
+    nb = DTYPES[m.as_dtype(d)].bits // 8
     u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[nb]
     return [int(x) for x in m.reduce(op, d, np.array(old, dtype=u), np.array(val, dtype=u), r)]
 

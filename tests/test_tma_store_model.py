@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import fixtures.tma_store as ts
+from fixtures.engine import pool
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for
 from fixtures.tensormap.params import TiledLoad
 from fixtures.tma_box import tiled as load_model
@@ -145,12 +146,12 @@ def _round_trip(case):
     before = sc.global_before(case)
     smem = sc.smem_bytes(case)
     after = np.frombuffer(sc.expected(case), dtype=np.uint8)
-    mask = ts.written_mask(p, before.size, sc.GLOBAL_GUARD)
+    mask = ts.written_mask(p, before.size, pool.GLOBAL_GUARD)
     assert np.array_equal(after[~mask], before[~mask]), case.id
-    assert (after[:sc.GLOBAL_GUARD] == sc.GUARD_BYTE).all()
-    assert (after[sc.GLOBAL_GUARD + case.tensor_bytes:] == sc.GUARD_BYTE).all()
+    assert (after[:pool.GLOBAL_GUARD] == pool.GUARD_BYTE).all()
+    assert (after[pool.GLOBAL_GUARD + case.tensor_bytes:] == pool.GUARD_BYTE).all()
     q = replace(p, oob_fill=OobFill.NONE)       # fill is not part of what the store wrote
-    image = np.frombuffer(load_model.load(q, after, sc.GLOBAL_GUARD).data, dtype=np.uint8)
+    image = np.frombuffer(load_model.load(q, after, pool.GLOBAL_GUARD).data, dtype=np.uint8)
     off, inb, logical = load_model.box_elements(p)
     unit = load_model.unit_bytes(p)
     k = np.arange(unit)
@@ -179,7 +180,7 @@ def test_outside_cases_write_nothing_and_straddles_write_part_of_the_box():
     for c in sc.generate("standard"):
         if c.expect != "data":
             continue
-        n = ts.written_mask(c.store, sc.global_before(c).size, sc.GLOBAL_GUARD).sum()
+        n = ts.written_mask(c.store, sc.global_before(c).size, pool.GLOBAL_GUARD).sum()
         full = load_model.smem_bytes(c.store)     # the box's data bytes
         if "-outside-" in c.id:
             assert n == 0, c.id

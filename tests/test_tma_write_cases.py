@@ -99,7 +99,7 @@ def test_check_write_passes_the_model_and_names_a_partial_chunk_write():
     entry = next(k for k in load(ROOT / "known_issues.toml") if k.id == "STORE-DIM0-CHUNK")
     assert entry.explains(e.value.errors)[0]                      # its known issue absorbs it
     worse = hw.copy()
-    worse[ts.GLOBAL_GUARD] ^= 0xFF                                  # and one more byte wrong
+    worse[GLOBAL_GUARD] ^= 0xFF                                  # and one more byte wrong
     with pytest.raises(RuleFailure) as e:
         ts.check_write(c, _run_of(c, worse, before), "store")
     assert "up to the next 16-byte boundary" not in str(e.value)
