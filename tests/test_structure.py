@@ -212,6 +212,38 @@ def test_every_name_is_imported_from_its_own_module():
                      "from their own):\n  " + "\n  ".join(sorted(set(bad))))
 
 
+def test_the_worked_example_is_true_to_the_code():
+    """fixtures/CONVENTIONS.md's path of one case: its case exists, with the rule its
+    failure message prints; every file it names exists and defines the function or class
+    named beside it; the child's target it names resolves; and where it says the case's
+    data is built (``call_isolated``, in the worker, before the child is called) the code
+    builds it. (It gave a straddling store the rule tma-store.model, which the code gives
+    tma-store.out-of-bounds, and said the child built the data.)"""
+    import fnmatch
+    from fixtures.tma_store import cases as store_cases
+    text = (FIXTURES / "CONVENTIONS.md").read_text()
+    start = text.index("## The engine: the path of one case")
+    flat = " ".join(text[start:text.index("\n## ", start + 10)].split())
+    name = re.search(r"`(tile-[^`.]*)\.\.\.(-[^`]*)` of `suites/test_tma_store.py`", flat)
+    found = [c for c in store_cases.generate("standard")
+             if fnmatch.fnmatchcase(c.id, f"{name.group(1)}*{name.group(2)}")]
+    printed = re.search(r"printed `\[rule ([^\]]+)\] \[case", flat).group(1)
+    assert found and {c.rule for c in found} == {printed}, (name.groups(), printed)
+    paths = re.findall(r"`((?:fixtures|kernels|suites)/[\w/]+\.(?:py|cu))`", flat)
+    assert len(paths) > 10 and all((ROOT / p).is_file() for p in paths), paths
+    pairs = re.findall(r"`((?:fixtures|kernels|suites)/[\w/]+\.(?:py|cu))` `(\w+)", flat)
+    assert len(pairs) >= 6
+    for path, func in pairs:
+        src = (ROOT / path).read_text()
+        assert re.search(rf"^(def|class) {func}\b|^{func}\(|^{func} = ", src, re.M), (path, func)
+    target = re.search(r'run_isolated\("([\w.]+): (\w+)"', flat)
+    assert f"def {target.group(2)}(" in (ROOT / (target.group(1).replace(".", "/") + ".py")).read_text()
+    tree = ast.parse((FIXTURES / "engine" / "batches.py").read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call_isolated")
+    lines = {ast.unparse(n.func): n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    assert "call_isolated" in flat and lines["op.tensor"] < lines["run_isolated"]
+
+
 def _isolation_targets() -> dict[str, str]:
     found = {}
     for d in ("fixtures", "suites", "reports"):
