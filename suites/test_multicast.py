@@ -107,22 +107,26 @@ def test_multicast_smem_misaligned(mc_misplaced, gpu, kernels):
 
 
 _SIZES = (2, 4, 8, 16)
-_support: dict = {}
+
+
+@pytest.fixture(scope="session")
+def cluster_support(gpu, kernels):
+    """The multicast kernel's cuOccupancyMaxActiveClusters for each cluster size, asked
+    once per GPU in its isolated child (the Outcome: ``value`` {size: (count, why)})."""
+    kernels.build(tl.MULTICAST.source, arch=gpu.arch)
+    return run_isolated("fixtures.tma_load.operations:multicast_support", gpu.arch,
+                        str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
 
 
 @pytest.mark.parametrize("size", _SIZES, ids=[f"cl{n}" for n in _SIZES])
 @pytest.mark.rule("cluster.portable-size")
-def test_cluster_size_runs(size, gpu, kernels, record_property):
+def test_cluster_size_runs(size, cluster_support, record_property):
     """cuOccupancyMaxActiveClusters for the multicast kernel: at least one cluster of 2, 4
     and 8 CTAs (the portable size); 16 is non-portable: recorded, skipped when 0."""
-    if not _support:
-        kernels.build(tl.MULTICAST.source, arch=gpu.arch)
-        out = run_isolated("fixtures.tma_load.operations:multicast_support", gpu.arch,
-                           str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
-        check(out.kind == "returned", "cluster.portable-size", f"cl{size}",
-              f"the occupancy query did not return: {out}")
-        _support.update(out.value)
-    count, why = _support[size]
+    out = cluster_support
+    check(out.kind == "returned", "cluster.portable-size", f"cl{size}",
+          f"the occupancy query did not return: {out}")
+    count, why = out.value[size]
     record_property("max_active_clusters", count)
     if size > 8 and count == 0:
         pytest.skip(f"{why} (where it runs: {mc.CLUSTER_EVIDENCE})")

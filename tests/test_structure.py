@@ -244,6 +244,46 @@ def test_the_worked_example_is_true_to_the_code():
     assert "call_isolated" in flat and lines["op.tensor"] < lines["run_isolated"]
 
 
+_MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem",
+             "remove", "setdefault", "update"}
+
+
+def test_suites_keep_no_state_in_their_modules():
+    """A suite keeps nothing between its tests in a module global: no container bound at
+    the top of a suite that a function changes (a method that changes it, an item or
+    attribute assigned), no ``global``. What a run computes once belongs in a fixture,
+    which the every-GPU plugin builds per GPU (test_multicast.py's cluster support was a
+    module dict that the first GPU's thread filled for every GPU)."""
+    bad = []
+    for path in sorted((ROOT / "suites").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        held = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Name) and n.value is not None
+                and (isinstance(n.value, (ast.Dict, ast.List, ast.Set, ast.DictComp,
+                                          ast.ListComp, ast.SetComp))
+                     or (isinstance(n.value, ast.Call) and ast.unparse(n.value.func) in
+                         ("dict", "list", "set", "defaultdict", "collections.defaultdict",
+                          "threading.local", "OrderedDict")))}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for x in ast.walk(fn):
+                name = None
+                if isinstance(x, ast.Global):
+                    bad.append(f"{path.name}:{x.lineno} global {', '.join(x.names)} in {fn.name}")
+                elif (isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
+                      and isinstance(x.func.value, ast.Name) and x.func.attr in _MUTATORS):
+                    name = x.func.value.id
+                elif isinstance(x, (ast.Assign, ast.AugAssign)):
+                    for t in x.targets if isinstance(x, ast.Assign) else [x.target]:
+                        if isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.value, ast.Name):
+                            name = t.value.id
+                if name in held:
+                    bad.append(f"{path.name}:{x.lineno} {fn.name} changes the module's {name}")
+    assert not bad, "suites keeping state in module globals:\n  " + "\n  ".join(bad)
+
+
 def _isolation_targets() -> dict[str, str]:
     found = {}
     for d in ("fixtures", "suites", "reports"):
