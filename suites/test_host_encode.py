@@ -72,14 +72,21 @@ def _peer_cases(level: str) -> tuple:
     return tuple(out)
 
 
+def _marked(value, case_id, needs):
+    """A parameter with what it needs of the node as capability markers."""
+    return pytest.param(value, id=case_id,
+                        marks=[getattr(pytest.mark, name)(arg, why=why) for name, arg, why in needs])
+
+
 def pytest_generate_tests(metafunc):
     level = sweep.level(metafunc.config)
     if "encode_case" in metafunc.fixturenames:
-        cs = he.rule_cases(level)
-        metafunc.parametrize("encode_case", cs, ids=[c.id for c in cs])
+        metafunc.parametrize("encode_case", [_marked(c, c.id, he.needs(c))
+                                             for c in he.rule_cases(level)])
     if "valid_group" in metafunc.fixturenames:
-        groups = [(short(dt), rank) for dt in DataType for rank in range(1, 6)]
-        metafunc.parametrize("valid_group", groups, ids=[f"{d}-r{r}" for d, r in groups])
+        metafunc.parametrize("valid_group", [_marked((short(dt), rank), f"{short(dt)}-r{rank}",
+                                                     he.group_needs(dt))
+                                             for dt in DataType for rank in range(1, 6)])
     if "valid_params" in metafunc.fixturenames:
         ps = _valid_sample(level)
         metafunc.parametrize("valid_params", ps, ids=[he.base_id(p) for p in ps])
@@ -154,27 +161,10 @@ def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=N
     return verdict
 
 
-def _needs_wide(p):
-    q = p.base if isinstance(p, tp.ReplaceParams) else p
-    if isinstance(q, tp.Im2colWideParams) and not enc.has_im2col_wide():
-        pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
-
-
 # --------------------------------------------------------------------- rule cases
-sm100_only = he.sm100_only
-
 def test_rule_case(encode_case, gpu, alloc, encode_log):
     """The driver's accept/reject equals the rules model's for one boundary case."""
     p, cc = encode_case.params, gpu.cc
-    _needs_wide(p)
-    if isinstance(p, tp.Im2colWideParams) and tuple(cc) < (10, 0):
-        pytest.skip(f"needs sm_100: im2col-wide is documented for compute capability 10.0 and "
-                    f"later only; on {cc[0]}.{cc[1]} test_im2col_wide_rejected_below_cc100 "
-                    f"measures the architecture rule")
-    if sm100_only(encode_case, cc):
-        pytest.skip(f"needs sm_100: the map uses a packed type or a 128B_ATOM swizzle, which "
-                    f"compute capability {cc[0]}.{cc[1]} lacks; its rejection here is measured "
-                    f"by the dtype.packed_arch / swizzle.atom_arch cases")
     verdict = he.evaluate(p, cc, _ignore(p, cc))
     if isinstance(p, tp.ReplaceParams):
         out = replace_params(p, alloc)
@@ -203,13 +193,12 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
 
 
 @pytest.mark.rule(WIDE_ARCH)
+@pytest.mark.requires_driver_api(he.WIDE_API)
 def test_im2col_wide_rejected_below_cc100(gpu, alloc):
     """\"This API is only supported on devices of compute capability 10.0 or higher.\"
     A valid im2col-wide map must be rejected below 10.0 (and accepted from 10.0)."""
     p = he.make_wide(DataType.FLOAT16, 3, Interleave.NONE, Swizzle.B128, L2Promotion.NONE,
                      OobFill.NONE, 0)
-    if not enc.has_im2col_wide():
-        pytest.skip("this driver has no cuTensorMapEncodeIm2colWide")
     res = encode_params(p, alloc)
     check_against_rules(p, res.status_name, res.ok, gpu.cc, "valid im2col-wide map",
                         target=WIDE_ARCH) if gpu.cc >= (10, 0) else None
@@ -227,9 +216,6 @@ def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
     """dtype x rank: every interleave x swizzle x L2 x fill the rules allow encodes."""
     dshort, rank = valid_group
     dt = DataType[[d.name for d in DataType if short(d) == dshort][0]]
-    if DTYPES[dt].min_sm > gpu.sm:
-        pytest.skip(f"{dshort} needs sm_{DTYPES[dt].min_sm} (compute capability "
-                    f"{DTYPES[dt].min_sm // 10}.{DTYPES[dt].min_sm % 10}); this GPU is sm_{gpu.sm}")
     combos = [p for p in he.valid_tiled_combinations(gpu.sm) if p.dtype == dt and p.rank == rank]
     assert combos, f"no valid combination generated for {dshort} rank {rank}"
     bad = []

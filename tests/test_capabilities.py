@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fixtures.plugins import capabilities
+from fixtures.tensormap import encode
 
 
 class _Item:
@@ -47,6 +48,39 @@ def test_requires_tool(monkeypatch):
         "nvcc is not on PATH; the NVRTC build alone is checked"
     monkeypatch.setattr(capabilities.shutil, "which", lambda name: f"/usr/bin/{name}")
     assert capabilities.missing(item, _gpu(90)) == ""
+
+
+def test_requires_driver_api(monkeypatch):
+    """A driver entry point: asked of the driver only with a GPU (without one the marker
+    decides nothing); a driver without it skips the case naming it."""
+    item = _Item(pytest.mark.requires_driver_api("cuTensorMapEncodeIm2colWide", why="sm_100"))
+    asked = []
+    monkeypatch.setattr(encode, "driver_exports", lambda name: asked.append(name) or False)
+    assert capabilities.missing(item, lambda: None) == "" and asked == []
+    assert capabilities.missing(item, _gpu(90)) == "this driver has no cuTensorMapEncodeIm2colWide; sm_100"
+    monkeypatch.setattr(encode, "driver_exports", lambda name: True)
+    assert capabilities.missing(item, _gpu(90)) == ""
+
+
+def test_what_the_host_encode_cases_need():
+    """The host-encoding cases' needs, which its suite makes markers: an im2col-wide map
+    the driver's entry point and sm_100, a replace into one the entry point only, a
+    packed type's map of another rule sm_100, a packed type's valid maps its type's sm."""
+    import fixtures.host_encode as he
+    from fixtures.tensormap import params as tp
+    from fixtures.tensormap.enums import DTYPES, DataType
+    cases = he.rule_cases("standard")
+    for c in cases:
+        need = {(name, arg) for name, arg, _ in he.needs(c)}
+        wide = isinstance(c.params, tp.Im2colWideParams)
+        into_wide = isinstance(c.params, tp.ReplaceParams) and isinstance(c.params.base, tp.Im2colWideParams)
+        assert (("requires_driver_api", he.WIDE_API) in need) == (wide or into_wide), c.id
+        if wide:
+            assert ("requires_sm", 100) in need, c.id
+    assert any(not he.needs(c) for c in cases)
+    packed = next(d for d in DataType if DTYPES[d].min_sm > 90)
+    assert [(n, a) for n, a, _ in he.group_needs(packed)] == [("requires_sm", DTYPES[packed].min_sm)]
+    assert he.group_needs(DataType.FLOAT16) == []
 
 
 def test_a_case_without_markers_never_asks_for_the_gpu(monkeypatch):

@@ -284,6 +284,41 @@ def test_suites_keep_no_state_in_their_modules():
     assert not bad, "suites keeping state in module globals:\n  " + "\n  ".join(bad)
 
 
+# The skips a suite may take in a test's body: each an answer only the run gets (the GPU,
+# the driver or a library, asked while the case runs), never what a marker can say
+# before it (a compute capability, a driver entry point, a tool, an installed package).
+RUNTIME_SKIPS = {
+    "test_fence_multi_gpu.py::test_two_gpu": "peer access between the pair: the driver's answer for those two GPUs",
+    "test_fence_scopes.py::_observe": "a report-only observation: no outcome is right or wrong",
+    "test_host_encode.py::test_rule_case": "a replace case's base map that the rules and this driver both reject",
+    "test_library_maps.py::_result": "Triton in the child cannot run the case (its launcher's API differs)",
+    "test_library_maps.py::test_triton_host_map": "this Triton's host map bytes cannot be read",
+    "test_library_maps.py::test_triton_device_map_reused": "Triton in the child cannot run the kernel",
+    "test_multicast.py::test_multicast": "the GPU refused the cluster launch (measured in the child)",
+    "test_multicast.py::test_cluster_size_runs": "a non-portable cluster size the occupancy query refuses",
+    "test_node.py::test_usable_gpus": "the node's own case: the node has no usable GPU",
+}
+
+
+def test_suites_skip_by_marker():
+    """What a case needs of the node is a marker on it (``requires_sm``,
+    ``requires_driver_api``, ``requires_tool``: fixtures/plugins/capabilities.py; ``skipif``
+    for an installed package), decided before the case runs: a suite's function calls
+    ``pytest.skip`` only for an answer the run gets (RUNTIME_SKIPS, each with why), and
+    every such entry still skips."""
+    found = set()
+    for path in sorted((ROOT / "suites").glob("*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(x, ast.Call) and ast.unparse(x.func) in ("pytest.skip", "pytest.importorskip")
+                    for x in ast.walk(fn)):
+                found.add(f"{path.name}::{fn.name}")
+    assert found - set(RUNTIME_SKIPS) == set(), (
+        "skips in a suite's function that a marker should say: "
+        f"{sorted(found - set(RUNTIME_SKIPS))}")
+    assert set(RUNTIME_SKIPS) - found == set(), f"no longer skip: {sorted(set(RUNTIME_SKIPS) - found)}"
+
+
 def _isolation_targets() -> dict[str, str]:
     found = {}
     for d in ("fixtures", "suites", "reports"):
