@@ -315,8 +315,7 @@ def test_the_checks_give_the_facts_the_entries_match():
     other[0] ^= 0xFF
     err = tl.checks.box_per_seed_004(p, tensor, bytes(other))
     assert err.facts == {"outcome": "bytes"} and not by_id["LOAD-IL16-BOX-NOT-ELEMENTS"].explains([err])[0]
-    with tiled.documented_semantics():
-        assert tl.checks.box_per_seed_004(p, tensor, tiled.load(p, tensor, 0).data) is None
+    assert tl.checks.box_per_seed_004(p, tensor, tiled.load(tiled.documented(p), tensor, 0).data) is None
     trap = fault_facts(Outcome("cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True))
     assert by_id["STORE-NEGATIVE-COORD"].facts == tuple((k, (v,)) for k, v in sorted(trap.items()))
     assert fault_facts(Outcome("timeout")) == {"outcome": "hang"}

@@ -248,14 +248,20 @@ _MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "po
              "remove", "setdefault", "update"}
 
 
-def test_suites_keep_no_state_in_their_modules():
-    """A suite keeps nothing between its tests in a module global: no container bound at
-    the top of a suite that a function changes (a method that changes it, an item or
-    attribute assigned), no ``global``. What a run computes once belongs in a fixture,
-    which the every-GPU plugin builds per GPU (test_multicast.py's cluster support was a
-    module dict that the first GPU's thread filled for every GPU)."""
+MODELS = ("tma_box/*.py", "tma_store/model.py", "tma_store/reduce_model.py",
+          "tma_load/im2col_wide_model.py", "fences/model.py")
+
+
+def test_suites_and_models_keep_no_state_in_their_modules():
+    """A suite or a model keeps nothing in a module global: no container bound at the top
+    of the module that a function changes (a method that changes it, an item or attribute
+    assigned), no ``global``. What a run computes once belongs in a fixture, which the
+    every-GPU plugin builds per GPU (test_multicast.py's cluster support was a module dict
+    that the first GPU's thread filled for every GPU); how a model reads a load travels
+    with the load (the tiled model's switch to seed 004's letter was a thread-local)."""
     bad = []
-    for path in sorted((ROOT / "suites").glob("*.py")):
+    models = [p for pattern in MODELS for p in sorted(FIXTURES.glob(pattern))]
+    for path in sorted((ROOT / "suites").glob("*.py")) + models:
         tree = ast.parse(path.read_text())
         held = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
@@ -271,7 +277,7 @@ def test_suites_keep_no_state_in_their_modules():
             for x in ast.walk(fn):
                 name = None
                 if isinstance(x, ast.Global):
-                    bad.append(f"{path.name}:{x.lineno} global {', '.join(x.names)} in {fn.name}")
+                    bad.append(f"{path.relative_to(ROOT)}:{x.lineno} global {', '.join(x.names)} in {fn.name}")
                 elif (isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
                       and isinstance(x.func.value, ast.Name) and x.func.attr in _MUTATORS):
                     name = x.func.value.id
@@ -280,8 +286,9 @@ def test_suites_keep_no_state_in_their_modules():
                         if isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.value, ast.Name):
                             name = t.value.id
                 if name in held:
-                    bad.append(f"{path.name}:{x.lineno} {fn.name} changes the module's {name}")
-    assert not bad, "suites keeping state in module globals:\n  " + "\n  ".join(bad)
+                    bad.append(f"{path.relative_to(ROOT)}:{x.lineno} {fn.name} changes the module's {name}")
+    assert len(models) >= 8
+    assert not bad, "suites or models keeping state in module globals:\n  " + "\n  ".join(bad)
 
 
 # The skips a suite may take in a test's body: each an answer only the run gets (the GPU,
