@@ -37,7 +37,6 @@ from fixtures import device_encode as de
 from fixtures import engine
 from fixtures.cuda_layer import build, placement
 from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.launch import CudaError, Module
 from fixtures.engine.device_maps import KERNEL_SOURCE
 from fixtures.plugins.case_rules import rests_on
@@ -116,7 +115,7 @@ def ctx(request, gpu, kernels) -> de.Ctx:
     # (encoding does not trap); the loads, which can, run per batch in the isolated child
     # (de.LoadBatches).
     encodes = de.Encodes(module, everything, sm=gpu.sm)
-    selected = selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
+    selected = engine.selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
                             __file__)
     loads = de.LoadBatches(sm, gpu, kernels, everything, selected)
     c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, encodes, module, fields, wholes, loads)

@@ -9,7 +9,7 @@ image), the documented limits (channelsPerPixel 256, pixelsPerColumn 1024), and 
 in 16 through its map copied on the device (``-dev-copy``); and loads through interleaved
 maps (16B interleave under every swizzle, 32B with 32B swizzle: the NC/8HWC8 layout, one
 16/32-byte chunk per pixel, ``-il16-`` / ``-il32-``). Each case is its own test id;
-the GPU work runs in batches of one bucket (fixtures.cuda_layer.batching) launched by
+the GPU work runs in batches of one bucket (fixtures.engine.units) launched by
 the batch's first test in the worker's isolated child (``im2col_load_batch``, one block
 per case). Each test compares its own shared-memory bytes with the model.
 

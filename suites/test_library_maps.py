@@ -52,7 +52,6 @@ import pytest
 from fixtures import engine
 from fixtures import library_maps as lm
 from fixtures.cuda_layer import memory_kinds
-from fixtures.cuda_layer.batching import selected_ids
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.cuda_layer.toolchain import dist_version
@@ -104,7 +103,7 @@ needs_mosaic = pytest.mark.skipif(bool(MOSAIC_MISSING), reason=MOSAIC_MISSING or
 
 @pytest.fixture(scope="session")
 def mosaic_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("mosaic_case",))
+    selected = engine.selected_ids(request.session.items, ("mosaic_case",))
     return lm.MosaicBatches(gpu, kernels, [c for c in lm.mosaic_cases(sweep.level(request.config))
                                            if c.id in selected and not c.refusal])
 
@@ -115,7 +114,7 @@ needs_cute = pytest.mark.skipif(bool(CUTE_MISSING), reason=CUTE_MISSING or "the 
 
 @pytest.fixture(scope="session")
 def cute_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case",
+    selected = engine.selected_ids(request.session.items, ("cute_tensormap_case", "cute_atom_case",
                                                     "cute_atom_load_case", "cute_atom_store_case"))
     return lm.CuteBatches(gpu, kernels, [c for c in lm.cute_cases(sweep.level(request.config))
                                          if c.id in selected])
@@ -127,7 +126,7 @@ needs_pallas = pytest.mark.skipif(bool(PALLAS_MISSING), reason=PALLAS_MISSING or
 
 @pytest.fixture(scope="session")
 def pallas_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("pallas_case", "pallas_unaligned_case"))
+    selected = engine.selected_ids(request.session.items, ("pallas_case", "pallas_unaligned_case"))
     level = sweep.level(request.config)
     return lm.PallasBatches(gpu, kernels, [c for c in lm.pallas_cases(level)
                                            + lm.pallas_unaligned_cases(level) if c.id in selected])
@@ -135,7 +134,7 @@ def pallas_runs(request, gpu, kernels):
 
 @pytest.fixture(scope="session")
 def triton_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("triton_case",))
+    selected = engine.selected_ids(request.session.items, ("triton_case",))
     return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_cases(sweep.level(request.config))
                                            if c.id in selected])
 
@@ -143,14 +142,14 @@ def triton_runs(request, gpu, kernels):
 @pytest.fixture(scope="session")
 def triton_store_runs(request, gpu, kernels):
     """The store cases' own batches: their ids are the map cases' (a Batches keys by id)."""
-    selected = selected_ids(request.session.items, ("triton_store_case",))
+    selected = engine.selected_ids(request.session.items, ("triton_store_case",))
     return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_store_cases(sweep.level(
         request.config)) if c.id in selected])
 
 
 @pytest.fixture(scope="session")
 def triton_view_runs(request, gpu, kernels):
-    selected = selected_ids(request.session.items, ("triton_view_case",))
+    selected = engine.selected_ids(request.session.items, ("triton_view_case",))
     return lm.TritonBatches(gpu, kernels, [c for c in lm.triton_view_cases(sweep.level(
         request.config)) if c.id in selected])
 

@@ -4,11 +4,11 @@ Cases come from fixtures/tma_box/tiled_cases.py: data type x swizzle x interleav
 rank, with element strides and coordinate sets (interior, straddling each edge,
 negative, fully outside).  Each case is its own test id, but the GPU work runs in
 batches: the first test of a batch (up to 512 cases of one rank and one bucket of
-fixtures.cuda_layer.batching, which the xdist scheduler keeps on one worker) launches
+fixtures.engine.units, which the xdist scheduler keeps on one worker) launches
 ``tma_load_batch`` once for all of them (one block per case), in the worker's isolated
 child, and the results are kept for the others.  A batch that traps is run again one
 case at a time until the trapping case is found: it fails, naming the trap, and the
-rest of the batch runs on (fixtures.cuda_layer.isolation.run_contained).  Each test then
+rest of the batch runs on (fixtures.engine.batches.run_contained).  Each test then
 compares its own shared-memory bytes with the model.
 
 Cases that must trap (rule tma-load.trap, measured: unaligned inner coordinate) run one by one in a
@@ -23,7 +23,7 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures import engine
-from fixtures.cuda_layer import isolation, lane, status as st
+from fixtures.cuda_layer import lane, status as st
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledLoad
 from fixtures.tensormap.registry import check, fail, fail_all
@@ -192,7 +192,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     check(out.kind == "returned", rule, case_id,
           f"dims {list(dims)}: the load through the host-encoded map failed: "
           f"{out}{' (a trap: the sticky error killed the context)' if out.poisoned else ''}",
-          isolation.fault_facts(out))
+          engine.fault_facts(out))
     v = out.value
     check(v["encode"] == "CUDA_SUCCESS", rule, case_id, f"encode returned {v['encode']}")
     check(v["status"] == st.OK, rule, case_id, f"load status {st.describe(v['status'])}")

@@ -4,7 +4,7 @@ bit-exactly, over every byte of a guarded global buffer.
 Cases come from fixtures/tma_store/cases.py: the tiled load's geometries (every data
 type, swizzle, interleave and rank, element strides, boxes inside, straddling each
 edge, negative and fully outside, sources off the swizzle repeat). Each case is its own
-test id; the GPU work runs in batches of one bucket, ranks mixed (fixtures.cuda_layer.batching)
+test id; the GPU work runs in batches of one bucket, ranks mixed (fixtures.engine.units)
 launched by the batch's first test in the worker's isolated child: ``tma_write_batch``
 (kernels/tma_store.cu, one block per case) copies the source into shared memory, stores
 it with cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group, commits the bulk

@@ -22,7 +22,7 @@ def cuda_fault():
 
 
 def poison():
-    import fixtures.cuda_layer.isolation as iso
+    import fixtures.cuda_layer.isolated_child as iso
     iso._force_unhealthy = "CUDA_ERROR_ILLEGAL_INSTRUCTION"
     return os.getpid()
 
@@ -59,7 +59,7 @@ def stopping(keys, stop=(), poisoned=True):
     """Cases run one after another, knowing which one faulted: at the first key in
     ``stop`` (a trap, the context poisoned unless ``poisoned`` is false) it returns
     isolation.Stopped with the results before it, the key and why."""
-    from fixtures.cuda_layer.isolation import Stopped
+    from fixtures.engine.batches import Stopped
     done = {}
     for k in keys:
         if k in stop:

@@ -3,7 +3,7 @@ from collections import defaultdict
 
 import pytest
 
-from fixtures.cuda_layer.batching import BUCKETS, bucket, scope_of
+from fixtures.engine.units import BUCKETS, bucket, scope_of
 
 from nested_run import make_tree, pytest_run
 
@@ -51,7 +51,7 @@ def test_a_worker_dead_before_xdist_knows_is_not_sent_work():
     run ended in INTERNALERROR (OSError "cannot send (already closed?)"). The unit
     given to it stays its unfinished work, which remove_node puts back in the queue."""
     from types import SimpleNamespace
-    from fixtures.cuda_layer.batching import make_scheduler
+    from fixtures.plugins.scheduling import make_scheduler
 
     class DeadNode:
         shutting_down = False
@@ -77,9 +77,25 @@ def test_a_worker_dead_before_xdist_knows_is_not_sent_work():
     assert sum(len(u) for u in sched.workqueue.values()) == len(ids) - 1
 
 
+def _batches(cases, key, run, size=0, before=None):
+    """engine.Batches over ``cases`` whose batch runs are ``run(ids)`` (no GPU, no child)."""
+    from types import SimpleNamespace
+    from fixtures.engine.batches import Batches
+
+    class Fake(Batches):
+        def _build(self):
+            if before is not None:
+                before()
+
+        def _run(self, ids):
+            return run(ids)
+
+    return Fake(None, None, cases, SimpleNamespace(key=key, batch=size))
+
+
 def test_lazy_batches_run_each_batch_once_when_first_asked():
     from types import SimpleNamespace
-    from fixtures.cuda_layer.batching import LazyBatches, selected_ids
+    from fixtures.engine.suite import selected_ids
     cases = [SimpleNamespace(id=f"c{i}", group=i % 2) for i in range(7)]
     calls, built = [], []
 
@@ -87,13 +103,13 @@ def test_lazy_batches_run_each_batch_once_when_first_asked():
         calls.append(list(ids))
         return {i: f"r-{i}" for i in ids if i != "c3"}, {"c3": "it trapped"}
 
-    lb = LazyBatches(cases, lambda c: c.group, run, size=2, before=lambda: built.append(1))
+    lb = _batches(cases, lambda c: c.group, run, size=2, before=lambda: built.append(1))
     assert calls == [] and sorted(len(m) for m in lb.members.values()) == [1, 2, 2, 2]
-    assert lb.result("c0") == ("r-c0", "") and lb.result("c2") == ("r-c2", "")
+    assert lb.outcome("c0") == ("r-c0", "") and lb.outcome("c2") == ("r-c2", "")
     assert calls == [["c0", "c2"]] and built == [1]
-    assert lb.result("c3") == (None, "it trapped") and lb.result("c1") == ("r-c1", "")
+    assert lb.outcome("c3") == (None, "it trapped") and lb.outcome("c1") == ("r-c1", "")
     assert calls == [["c0", "c2"], ["c1", "c3"]] and built == [1]
-    assert lb.result("nope") == (None, "no batch planned for this case")
+    assert lb.outcome("nope") == (None, "no batch planned for this case")
     from pathlib import Path
     items = [SimpleNamespace(callspec=SimpleNamespace(params={"case": cases[0]}), path=Path("/s/m.py")),
              SimpleNamespace(callspec=SimpleNamespace(params={"other": cases[1]}), path=Path("/s/n.py")),
@@ -109,7 +125,6 @@ def test_a_batch_whose_run_raises_is_a_harness_error_of_each_of_its_cases():
     (before, the first case failed its rule with the exception and the others with "did
     not complete: " and no reason); a skip is each case's skip; other batches run on."""
     from types import SimpleNamespace
-    from fixtures.cuda_layer.batching import LazyBatches
     from fixtures.cuda_layer.faults import HarnessError, is_harness_error
     cases = [SimpleNamespace(id=f"c{i}", group=i % 3) for i in range(6)]
     calls = []
@@ -122,18 +137,18 @@ def test_a_batch_whose_run_raises_is_a_harness_error_of_each_of_its_cases():
             pytest.skip("GPU lost")
         return {i: f"r-{i}" for i in ids}, {}
 
-    lb = LazyBatches(cases, lambda c: c.group, run)
+    lb = _batches(cases, lambda c: c.group, run)
     for cid in ("c0", "c3"):
         with pytest.raises(HarnessError) as info:
-            lb.result(cid)
+            lb.outcome(cid)
         assert is_harness_error(info.value)
         assert str(info.value) == ("harness: running this case's batch of 2 case(s) failed: "
                                    "RuntimeError: dictionary changed size during iteration")
         assert isinstance(info.value.__cause__, RuntimeError)
     for cid in ("c1", "c4"):
         with pytest.raises(pytest.skip.Exception, match="GPU lost"):
-            lb.result(cid)
-    assert lb.result("c2") == ("r-c2", "") and lb.result("c5") == ("r-c5", "")
+            lb.outcome(cid)
+    assert lb.outcome("c2") == ("r-c2", "") and lb.outcome("c5") == ("r-c5", "")
     assert calls == [["c0", "c3"], ["c1", "c4"], ["c2", "c5"]]     # each batch run once
 
 
@@ -146,7 +161,7 @@ def _reference_scheduler(config, log):
     ``test_a_dead_workers_crash_item_and_unfinished_cases``). The new one must decide
     exactly as this one does."""
     from xdist.scheduler import LoadScopeScheduling
-    from fixtures.cuda_layer.batching import make_scheduler
+    from fixtures.plugins.scheduling import make_scheduler
     ours = type(make_scheduler(config, log))
     ahead = ours.AHEAD
 
@@ -263,7 +278,7 @@ def test_a_dead_workers_crash_item_and_unfinished_cases():
     replacement worker is sent those first, in that order."""
     from types import SimpleNamespace
     from xdist.remote import Producer
-    from fixtures.cuda_layer.batching import make_scheduler
+    from fixtures.plugins.scheduling import make_scheduler
     events: list = []
     config = SimpleNamespace(getvalue=lambda name: ["1*popen"] if name == "tx" else None,
                              option=SimpleNamespace(loadscopereorder=False))
@@ -293,7 +308,7 @@ def test_the_scheduler_decides_as_xdist_bookkeeping_does():
     gives the same assignments, shutdowns, crash items and answers as xdist's own, on
     simulated runs: several functions of many cases and a few single cases, 1 to 8
     workers, with and without dead workers (replaced; one dead before xdist knows)."""
-    from fixtures.cuda_layer.batching import make_scheduler
+    from fixtures.plugins.scheduling import make_scheduler
     collection = ([f"s/t.py::test_one[c{i}]" for i in range(300)]
                   + [f"s/t.py::test_two[x{i}-y{i % 7}]" for i in range(150)]
                   + ["s/t.py::test_plain", "s/u.py::test_other"]
@@ -317,7 +332,7 @@ def test_the_scheduler_bookkeeping_is_linear():
     well under the bound (0.4 s on a 2-core development VM, where the reference, xdist's
     own bookkeeping, takes 18 s)."""
     import time
-    from fixtures.cuda_layer.batching import make_scheduler
+    from fixtures.plugins.scheduling import make_scheduler
     collection = [f"s/t.py::test_{f}[c{i}]" for f in range(5) for i in range(8000)]
     t0 = time.perf_counter()
     events = _simulate(make_scheduler, 1, 8, collection, 0)
@@ -331,7 +346,7 @@ def test_run_order_spreads_heavy_units_over_the_others():
     the heavy ones (a case that runs alone) spread evenly over the first 60% of the other
     units' cases (not of the units: the units come largest first, and the heavy ones
     ended up just before the tail), the first heavy unit first; every case once."""
-    from fixtures.cuda_layer.batching import run_order
+    from fixtures.plugins.scheduling import run_order
     ids = ([f"s/t.py::test_big[c{i}]" for i in range(2000)] + ["s/t.py::test_plain"]
            + [f"s/t.py::test_trap[t{i}]" for i in range(6)] + [f"s/u.py::test_small[k{i}]" for i in range(3)]
            + [f"s/v.py::test_one_{i}" for i in range(300)])

@@ -14,7 +14,7 @@ import pytest
 
 from nested_run import REPO
 from fixtures.cuda_layer import paths
-from fixtures.cuda_layer.isolation import resolve_target
+from fixtures.cuda_layer.isolated_child import resolve_target
 from fixtures.plugins import collection
 
 CHILD = '''

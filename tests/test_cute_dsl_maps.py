@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fixtures import library_maps as lm
-from fixtures.cuda_layer.batching import scope_of
+from fixtures.engine.units import scope_of
 from fixtures.plugins.case_rules import measured_of_item
 from fixtures.library_maps import cute_dsl
 from fixtures.tensormap import map_layout as ml

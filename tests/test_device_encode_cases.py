@@ -159,7 +159,7 @@ def _load_batches(monkeypatch, cases, make_child):
 
     def fake_run_isolated(target, sm, arch, cache_dir, cs, *, device, timeout):
         assert (target, sm, arch, cache_dir) == (
-            "fixtures.device_encode.runner:isolated_loads", 90, "sm_90a", "/kc")
+            runner.isolated_loads, 90, "sm_90a", "/kc")
         ids = [c.id for c in cs]
         calls.append(ids)
         return child(ids)
@@ -168,7 +168,7 @@ def _load_batches(monkeypatch, cases, make_child):
     f, w = cases
     b = de.LoadBatches(90, SimpleNamespace(arch="sm_90a", sm=90, ordinal=0), _Kernels(), f + w,
                        None)
-    ids = next(m for m in b.batches.members.values() if len(m) >= 10)
+    ids = next(m for m in b.members.values() if len(m) >= 10)
     child = make_child(ids)
     return b, ids, calls
 
@@ -177,7 +177,8 @@ def _stopping_child(bad):
     """An isolated_loads stand-in: runs ids in order and stops at the first bad one, as
     load_cases does (the loads before it kept, its trap named through trap_why: the
     context is poisoned, so the outcome is cuda_error with the value kept)."""
-    from fixtures.cuda_layer.isolation import Outcome, Stopped
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine.batches import Stopped
     from fixtures.device_encode.runner import trap_why
 
     def child(ids):

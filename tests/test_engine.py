@@ -21,8 +21,10 @@ import pytest
 import fixtures.tma_load as tl
 import fixtures.tma_store as ts
 from fixtures import engine
-from fixtures.cuda_layer.batching import bucket
-from fixtures.cuda_layer.isolation import Outcome, resolve_target
+from fixtures.engine.units import bucket
+from fixtures.cuda_layer.isolation import Outcome
+from fixtures.cuda_layer.isolated_child import resolve_target
+from fixtures.cuda_layer.isolation import target_name
 from fixtures.engine import batches as engine_batches, pool
 from fixtures.engine.launch import Operation, Run
 from fixtures.tensormap.registry import RuleFailure
@@ -132,7 +134,7 @@ def test_every_operation_runs_on_the_one_engine():
         for name in ("run_batch", "host_pool", "layout", "changes", "Batches", "run_contained"):
             assert not hasattr(mod, name), f"{mod.__name__}.{name}"
     assert issubclass(de.LoadBatches, engine.Batches)
-    assert resolve_target(engine_batches.TARGET) is engine.run_cases
+    assert resolve_target(target_name(engine.run_cases)) is engine.run_cases
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -190,14 +192,14 @@ class _MemoMidPickle:
 
 
 def test_a_case_is_never_pickled_while_another_gpu_thread_memoizes_into_it():
-    """A batch's cases are pickled for one GPU's child (isolation._send) while another
+    """A batch's cases are pickled for one GPU's child (isolated_child.send) while another
     GPU's thread memoizes a model into one of them (pool.memo): the memo waits for the
     pickling (gpu_threads.SHARED), so the pickle holds the case whole (it raised
     "dictionary changed size during iteration" before)."""
     import io
     import threading
 
-    from fixtures.cuda_layer import isolation
+    from fixtures.cuda_layer import isolated_child
 
     case = replace(_hand_cases("tiled")[0])
     start, done = threading.Event(), threading.Event()
@@ -211,7 +213,7 @@ def test_a_case_is_never_pickled_while_another_gpu_thread_memoizes_into_it():
     t = threading.Thread(target=other_gpu)
     t.start()
     out = io.BytesIO()
-    isolation._send(out, case)         # raises RuntimeError when the memo lands mid-pickle
+    isolated_child.send(out, case)         # raises RuntimeError when the memo lands mid-pickle
     t.join(5)
     assert done.is_set() and vars(case)["model_x"] == "made"
     back = pickle.loads(out.getvalue()[8:])
@@ -317,9 +319,9 @@ def test_run_alone_builds_in_the_worker_then_runs_the_one_case(monkeypatch):
     engine.run_alone(tl.MULTICAST, built, gpu, kernels, timeout=9.0)
     assert kernels.built == [("tma_store.cu", "sm_90a"), ("multicast_load.cu", "sm_90a"),
                              ("device_encode.cu", "sm_90a")]
-    assert calls == [(("fixtures.engine.batches:run_cases", ts.WRITES, [case], "sm_90a", 90, "/kc"),
+    assert calls == [((engine.run_cases, ts.WRITES, [case], "sm_90a", 90, "/kc"),
                       {"device": 1, "timeout": 120.0, "alone": True}),
-                     (("fixtures.engine.batches:run_cases", tl.MULTICAST, [built], "sm_90a", 90,
+                     ((engine.run_cases, tl.MULTICAST, [built], "sm_90a", 90,
                        "/kc"), {"device": 1, "timeout": 9.0, "alone": True})]
 
 
@@ -364,14 +366,14 @@ def test_batches_group_call_and_fail_as_declared(kind, monkeypatch):
     for c in cases:
         groups.setdefault(key(c), []).append(c.id)
     want = sorted(ids[i:i + size] for ids in groups.values() for i in range(0, len(ids), size))
-    assert sorted(b.batches.members.values()) == want
+    assert sorted(b.members.values()) == want
     assert kernels.built == []                        # nothing before the first result
-    first = next(ids for ids in b.batches.members.values() if len(ids) > 1)
+    first = next(ids for ids in b.members.values() if len(ids) > 1)
     case = b.by_id[first[0]]
     assert b.result(case) == f"run of {case.id}"
     assert len(calls) == 1
     tgt, got_op, got, args, device, timeout, options = calls[0]
-    assert (tgt, device, timeout, options) == ("fixtures.engine.batches:run_cases", 3, 42.0, {})
+    assert (tgt, device, timeout, options) == (engine.run_cases, 3, 42.0, {})
     assert got_op is op and got_op.timeout_ns == 5            # the options travel in the op
     assert [c.id for c in got] == first and all(c is b.by_id[c.id] for c in got)  # themselves
     assert args == ("sm_90a", 90, "/kc")

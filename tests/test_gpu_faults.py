@@ -14,7 +14,7 @@ import pytest
 import fixtures.tma_load as tl
 from fixtures.engine import Batches
 from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
-from fixtures.cuda_layer.batching import bucket
+from fixtures.engine.units import bucket
 from fixtures.tensormap.enums import Interleave
 
 from reports.model import NODE_CASE
@@ -63,7 +63,7 @@ def test_an_unexpected_trap_in_a_load_batch_fails_its_own_case_only(gpu, kernels
     assert trap.expect == "trap", "the made case must be a trap by the model's rule"
     batch = cases[:6] + [trap] + cases[6:]
     b = Batches(gpu, kernels, batch, tl.TILED)
-    assert len(b.batches.members) == 1, "all in one batch"
+    assert len(b.members) == 1, "all in one batch"
     with pytest.raises(AssertionError, match="it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION") as info:
         b.result(trap)
     assert trap.id in str(info.value) and "run alone in the isolated child" in str(info.value)

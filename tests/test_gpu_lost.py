@@ -169,7 +169,8 @@ def test_a_context_that_cannot_be_created_any_more_is_a_lost_gpu(tmp_path):
 def test_a_batch_whose_gpu_is_gone_is_not_bisected():
     """run_contained: a batch whose GPU a fresh child cannot see (no_gpu) is not run again
     case by case (each try a fresh child, up to 8 of them): no case of it is at fault."""
-    from fixtures.cuda_layer.isolation import Outcome, run_contained
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine.batches import run_contained
     calls = []
 
     def call(ids):

@@ -89,7 +89,7 @@ def test_target_must_name_a_function():
 
 # run_contained: a fault names its own case only
 def contained(runner, keys, **faults):
-    from fixtures.cuda_layer.isolation import run_contained
+    from fixtures.engine.batches import run_contained
     return run_contained(keys, lambda ids: call(runner, "batch", ids, timeout=3.0, **faults))
 
 
@@ -116,7 +116,7 @@ def test_a_fault_of_the_batch_alone_fails_all_of_it_and_says_so(runner):
 
 
 def test_faults_are_bounded(runner):
-    from fixtures.cuda_layer.isolation import run_contained
+    from fixtures.engine.batches import run_contained
     results, why = run_contained(KEYS, lambda ids: call(runner, "batch", ids, trap=KEYS[:4]),
                                  max_faults=2)
     assert set(why) == set(KEYS) and not results
@@ -125,7 +125,7 @@ def test_faults_are_bounded(runner):
 
 # run_contained with a target that knows which case faulted (isolation.Stopped)
 def stopped_calls(runner, keys, max_faults=8, **options):
-    from fixtures.cuda_layer.isolation import run_contained
+    from fixtures.engine.batches import run_contained
     calls = []
 
     def one(ids):
@@ -275,7 +275,7 @@ def test_a_context_check_that_raises_is_unknown_not_healthy(monkeypatch):
     check that raises anything else leaves the context's state unknown, so the child is
     replaced and the reply kept as it is (it read as a healthy context before, and the
     child was kept)."""
-    import fixtures.cuda_layer.isolation as iso
+    import fixtures.cuda_layer.isolated_child as iso
     from cuda.bindings import driver
 
     class DynamicLibNotFoundError(RuntimeError):     # cuda.pathfinder's, on a machine without libcuda

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from fixtures.cuda_layer import lane
-from fixtures.cuda_layer.batching import run_order
+from fixtures.plugins.scheduling import run_order
+from fixtures.cuda_layer.isolation import target_name
 from fixtures.cuda_layer.placement import Gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +213,7 @@ def test_the_marker_names_the_call_the_case_makes():
     j = engine.RunsAlone(tl.TILED, "trap_case").job({"trap_case": case}, plugin_gpu, cache)
     assert j.key == alone_key(tl.TILED, case, fixture_gpu, str(cache))
     assert j.key != alone_key(tl.PREFETCH, case, fixture_gpu, cache)
-    assert j.target == engine.batches.TARGET and j.args[1] == [case]
+    assert j.target == target_name(engine.run_cases) and j.args[1] == [case]
 
 
 def _calls(fn: ast.FunctionDef) -> list[ast.Call]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from fixtures import library_maps as lm
-from fixtures.cuda_layer.batching import scope_of
+from fixtures.engine.units import scope_of
 from fixtures.library_maps import pallas
 from fixtures.tensormap.enums import short
 

@@ -302,7 +302,8 @@ def test_the_checks_give_the_facts_the_entries_match():
     model with dimension 0's last chunk written whole (the TMA and the library checks
     alike), a trap in the isolated child."""
     import fixtures.tma_load as tl
-    from fixtures.cuda_layer.isolation import Outcome, fault_facts
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine.batches import fault_facts
     from fixtures.tma_box import tiled, tiled_cases
     by_id = {e.id: e for e in _entries()}
     il16 = next(c for c in tiled_cases.seed004_count_cases() if "-il16-" in c.id)

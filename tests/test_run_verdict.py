@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cuda_layer import cuda_env
-from fixtures.cuda_layer.batching import bucket
+from fixtures.engine.units import bucket
 from reports.model import NODE_CASE
 
 from nested_run import make_tree, pytest_run, pytest_start, results, started_tree, states, wait_for

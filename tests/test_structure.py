@@ -337,7 +337,8 @@ def _isolation_targets() -> dict[str, str]:
 
 def test_every_isolation_target_resolves():
     """A renamed target would fail only on a GPU, in the child: resolve each here."""
-    from fixtures.cuda_layer.isolation import resolve_target, target_name
+    from fixtures.cuda_layer.isolated_child import resolve_target
+    from fixtures.cuda_layer.isolation import target_name
     targets = _isolation_targets()
     assert len(targets) >= 8, targets
     for name, where in targets.items():

@@ -324,6 +324,7 @@ def test_the_im2col_probe_bookkeeping_on_a_fake_child(monkeypatch):
     """capture.im2col_probe on CPU, its isolated child replaced: in-bounds writes return
     the model's bytes (one of them altered), the others trap. The report counts each
     part, names the one that differs and every trap by its position."""
+    from fixtures import engine
     from fixtures.cuda_layer.isolation import Outcome
     from fixtures.tma_store import capture as cp
     cases = {c.id: c for c in cp.im2col_probe_cases("standard")}
@@ -331,7 +332,7 @@ def test_the_im2col_probe_bookkeeping_on_a_fake_child(monkeypatch):
     spoiled = sorted(inside)[0]
 
     def fake(target, op, cs, *a, **k):      # the engine's target: the cases themselves
-        assert target == "fixtures.engine.batches:run_cases" and op == ts.WRITES
+        assert target is engine.run_cases and op == ts.WRITES
         if any(c.id not in inside for c in cs):
             return Outcome("cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True)
         out = {}
