@@ -1,6 +1,6 @@
 // Cluster multicast TMA loads for suites/test_multicast.py: one cluster per case,
 // many clusters per launch (a cluster launch: cuLaunchKernelEx with
-// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, fixtures/cuda_layer/launch.py), every
+// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, fixtures/cuda_layer/kernel_launch.py), every
 // parameter at run time.
 //
 // PTX ISA, cp.async.bulk.tensor: "The optional qualifier .multicast::cluster allows

@@ -6,7 +6,7 @@
 //   op 1..8   cp.reduce.async.bulk.tensor.Nd.global.shared::cta.OP.tile.bulk_group
 //             [tensorMap, tensorCoords], [srcMem]   OP = add min max inc dec and or xor
 //   op 9..17  the same in .im2col_no_offs mode, through im2col maps (rank 3..5: ptxas
-//             refuses the mode with .1d/.2d; fixtures/tma_store/im2col.py)
+//             refuses the mode with .1d/.2d; fixtures/tma_store/im2col_writes.py)
 //
 // maps:   [cases] 128-byte CUtensorMaps in global memory, written by the host before
 //         the launch; each block acquires its own map in the tensor-map proxy

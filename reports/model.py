@@ -71,7 +71,7 @@ _SKIP_PATTERNS = [
                                       r"not supported (?:on|by) (?:this|the) (?:GPU|device|arch)", re.I)),
 ]
 
-# The one failure shape (fixtures/tensormap/registry.py): a JUnit message starts
+# The one failure shape (fixtures/rules/registry.py): a JUnit message starts
 # "[rule R] [case id]" (after "could-not-build: " for a case that could not build).
 _SHAPE_RE = re.compile(r"^(?:could-not-build: |harness-error: )?\[rule (\S+)\] \[case ")
 _KNOWN_RE = re.compile(r"known-issue (\S+?):\s*(.*?)(?:\s*\[evidence: (.*)\])?\s*$", re.S)

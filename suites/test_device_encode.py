@@ -33,19 +33,16 @@ import warnings
 
 import pytest
 
-from fixtures import device_encode as de
-from fixtures import engine
-from fixtures.cuda_layer import build, placement
-from fixtures.cuda_layer import status as st
-from fixtures.cuda_layer.launch import CudaError, Module
+from fixtures import device_encode as de, engine
+from fixtures.cuda_layer import build, placement, status as st
+from fixtures.cuda_layer.kernel_launch import CudaError, Module
 from fixtures.engine.device_maps import KERNEL_SOURCE
 from fixtures.plugins.case_rules import rests_on
 from fixtures.plugins.reporting import write_artifact
-from fixtures.tensormap import map_layout as ml
-from fixtures.tensormap import sweep
+from fixtures.tensormap import map_layout as ml, sweep
 from fixtures.tensormap.encode import encode_tiled, replace_address
 from fixtures.tensormap.params import map_to_json
-from fixtures.tensormap.registry import check, fail, fail_all
+from fixtures.rules.registry import check, fail, fail_all
 
 DRIVER_ONLY_WORDS = de.DRIVER_ONLY_WORDS
 

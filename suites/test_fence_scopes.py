@@ -18,7 +18,7 @@ import pytest
 from fixtures import fences
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap.registry import check
+from fixtures.rules.registry import check
 from reports.model import OBSERVATION_PREFIX
 
 SCOPES = fences.SCOPES

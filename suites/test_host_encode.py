@@ -24,16 +24,14 @@ from pathlib import Path
 import pytest
 
 import fixtures.host_encode as he
-from fixtures.tensormap import params as tp
-from fixtures.tensormap import encode as enc
-from fixtures.tensormap import sweep
+from fixtures.tensormap import encode as enc, params as tp, sweep
 from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, replace_params
 from fixtures.tensormap.params import encode_params
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap.registry import RuleError, check, fail_all
+from fixtures.rules.registry import RuleError, check, fail_all
 
 ALLOC_BYTES = he.ALLOC_BYTES
 WIDE_ARCH = he.WIDE_ARCH
@@ -347,7 +345,7 @@ def test_rank1_null_and_empty_strides_agree(gpu, alloc):
     assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
 
 
-@pytest.mark.trap       # traps on purpose (fixtures/plugins/traps.py)
+@pytest.mark.trap       # traps on purpose (fixtures/plugins/trap_marks.py)
 @pytest.mark.isolated
 @pytest.mark.rule("encode.documented-status")
 def test_encode_in_poisoned_context(gpu):

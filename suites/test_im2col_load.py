@@ -37,7 +37,7 @@ import pytest
 import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.tensormap.registry import check, fail
+from fixtures.rules.registry import check, fail
 from fixtures.tma_box import im2col, im2col_cases
 
 

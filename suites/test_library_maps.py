@@ -49,17 +49,17 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import engine
-from fixtures import library_maps as lm
+from fixtures import engine, library_maps as lm
 from fixtures.cuda_layer import memory_kinds
 from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.cuda_layer.toolchain import dist_version
-from fixtures.tensormap import registry, sweep
+from fixtures.cuda_layer.toolchain_choice import dist_version
+from fixtures.tensormap import sweep
+from fixtures.rules import registry
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
 from fixtures.cuda_layer.faults import HarnessError
 from fixtures.plugins.case_rules import rests_on
-from fixtures.tensormap.registry import check, fail, fail_all
+from fixtures.rules.registry import check, fail, fail_all
 
 POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
 # What a quoted module's package is installed as, and how (where it is not Triton's)

@@ -21,7 +21,7 @@ import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.tensormap.registry import check, fail_all
+from fixtures.rules.registry import check, fail_all
 
 mc = tl.multicast
 

@@ -23,10 +23,10 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures import engine
-from fixtures.cuda_layer import lane, status as st
+from fixtures.cuda_layer import status as st, trap_lane
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
-from fixtures.tensormap.params import TiledLoad
-from fixtures.tensormap.registry import check, fail, fail_all
+from fixtures.tensormap.params import TiledBox
+from fixtures.rules.registry import check, fail, fail_all
 from fixtures.tma_box import tiled, tiled_cases
 
 
@@ -179,7 +179,7 @@ _BIG = [
 @pytest.mark.isolated
 @pytest.mark.parametrize("case_id,dtype,dims,strides,box", _BIG, ids=[b[0] for b in _BIG])
 @pytest.mark.rule("tma-load.global-dim-range")
-@pytest.mark.runs_alone(lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args,
+@pytest.mark.runs_alone(trap_lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args,
                                        builds=(engine.device_maps.KERNEL_SOURCE,)))
 def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     """A dimension up to 2^32 is valid (seed 004): the load at the origin must give
@@ -187,7 +187,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     (the run's trap lane may run it ahead)."""
     kernels.build(engine.device_maps.KERNEL_SOURCE, arch=gpu.arch)  # a build failure: "could not build"
     args = tl.large_dim_args(dict(dtype=dtype, dims=dims, strides=strides, box=box), gpu, kernels.cache_dir)
-    out = lane.call_alone(tl.LARGE_DIM_TARGET, *args, device=gpu.ordinal, timeout=120)
+    out = trap_lane.call_alone(tl.LARGE_DIM_TARGET, *args, device=gpu.ordinal, timeout=120)
     rule = "tma-load.global-dim-range"
     check(out.kind == "returned", rule, case_id,
           f"dims {list(dims)}: the load through the host-encoded map failed: "
@@ -196,7 +196,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     v = out.value
     check(v["encode"] == "CUDA_SUCCESS", rule, case_id, f"encode returned {v['encode']}")
     check(v["status"] == st.OK, rule, case_id, f"load status {st.describe(v['status'])}")
-    p = TiledLoad(dtype, len(dims), dims, strides, box, (1,) * len(dims),
+    p = TiledBox(dtype, len(dims), dims, strides, box, (1,) * len(dims),
                   Interleave.NONE, Swizzle.NONE, OobFill.NONE, (0,) * len(dims))
     want = tiled.load(p, engine.device_maps.pool_host(), 0).data
     if v["image"] != want:

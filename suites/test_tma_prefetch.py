@@ -16,7 +16,7 @@ import pytest
 import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.tensormap.registry import check
+from fixtures.rules.registry import check
 
 
 def done_cases(level):

@@ -25,7 +25,7 @@ import pytest
 import fixtures.tma_store as ts
 from fixtures import engine
 from fixtures.cuda_layer import build
-from fixtures.tensormap.registry import check
+from fixtures.rules.registry import check
 
 
 def im2col_reductions(level):

@@ -27,7 +27,7 @@ Cases whose innermost coordinate is not 16-byte aligned must trap as the load do
 they run alone in the isolated child.
 
 Stores in .im2col_no_offs mode (test_tma_store_im2col; ranks 3-5 through im2col maps,
-fixtures/tma_store/im2col.py) must equal the im2col load through the same map run
+fixtures/tma_store/im2col_writes.py) must equal the im2col load through the same map run
 backwards, batched the same way; writes through a map whose bounding box leaves the
 tensor's spatial extent (a negative lower or positive upper corner) run alone
 (test_tma_im2col_write_corner_outside, stores and reductions: a known issue on the H100).

@@ -17,7 +17,7 @@ def boom():
 
 
 def cuda_fault():
-    from fixtures.cuda_layer.launch import CudaError
+    from fixtures.cuda_layer.kernel_launch import CudaError
     raise CudaError(715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "cuStreamSynchronize(test)")
 
 

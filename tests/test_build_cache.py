@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.cuda_layer import build, toolchain
+from fixtures.cuda_layer import build, toolchain_choice
 from nested_run import report
 
 KERNEL = """#include "inc.cuh"
@@ -119,7 +119,7 @@ def test_bad_arch_is_refused(arch):
 
 def test_build_records_its_inputs(kdir, tmp_path):
     b = compile_(kdir, tmp_path)
-    assert b.nvrtc_version == toolchain.nvrtc_version() == b.toolchain.nvrtc_version
+    assert b.nvrtc_version == toolchain_choice.nvrtc_version() == b.toolchain.nvrtc_version
     assert Path(b.cccl_include, "cuda", "ptx").is_file()
     assert b.cccl_include == b.toolchain.cccl_include
     assert "-std=c++17" in b.options and "-DVALUE=1" in b.options
@@ -131,7 +131,7 @@ def test_builds_used_names_the_toolchain(kdir, tmp_path, monkeypatch):
     compile_(kdir, tmp_path)
     compile_(kdir, tmp_path)
     (used,) = build.builds_used()
-    assert used["toolchain"] == toolchain.resolve().summary()
+    assert used["toolchain"] == toolchain_choice.resolve().summary()
     assert used["builds"] == 2 and used["kernels"] == ["k.cu:sm_90a"]
 
 
@@ -167,8 +167,8 @@ def test_an_installation_without_cccl_could_not_build(kdir, tmp_path, monkeypatc
     """No CCCL that belongs with NVRTC is a fault of the installation: BuildError
     ("could not build"), not an error that reads as a failed case."""
     def missing():
-        raise toolchain.ToolchainError("NVRTC 13.5 (PyPI at /nowhere) came without CCCL headers")
-    monkeypatch.setattr(toolchain, "resolve", missing)
+        raise toolchain_choice.ToolchainError("NVRTC 13.5 (PyPI at /nowhere) came without CCCL headers")
+    monkeypatch.setattr(toolchain_choice, "resolve", missing)
     with pytest.raises(build.BuildError, match="no toolchain") as info:
         compile_(kdir, tmp_path / "cache")
     assert "/nowhere" in info.value.log
@@ -176,17 +176,17 @@ def test_an_installation_without_cccl_could_not_build(kdir, tmp_path, monkeypatc
 
 def test_an_installation_without_nvrtc_could_not_build(kdir, tmp_path, monkeypatch):
     def missing():
-        raise toolchain.ToolchainError("NVRTC is not loadable (libnvrtc.so.13: cannot open "
-                                       "shared object file)")
-    monkeypatch.setattr(toolchain, "_nvrtc", missing)
-    toolchain.resolve.cache_clear()
+        raise toolchain_choice.ToolchainError("NVRTC is not loadable (libnvrtc.so.13: cannot open "
+                                              "shared object file)")
+    monkeypatch.setattr(toolchain_choice, "_nvrtc", missing)
+    toolchain_choice.resolve.cache_clear()
     try:
         with pytest.raises(build.BuildError, match="no toolchain") as info:
             compile_(kdir, tmp_path / "cache")
         assert "NVRTC is not loadable" in info.value.log
     finally:
         monkeypatch.undo()
-        toolchain.resolve.cache_clear()
+        toolchain_choice.resolve.cache_clear()
 
 
 def test_precompile_builds_every_kernel_in_child_processes(tmp_path, monkeypatch):

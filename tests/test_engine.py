@@ -26,8 +26,8 @@ from fixtures.cuda_layer.isolation import Outcome
 from fixtures.cuda_layer.isolated_child import resolve_target
 from fixtures.cuda_layer.isolation import target_name
 from fixtures.engine import batches as engine_batches, pool
-from fixtures.engine.launch import Operation, Run
-from fixtures.tensormap.registry import RuleFailure
+from fixtures.engine.operation import Operation, Run
+from fixtures.rules.registry import RuleFailure
 from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
 
 GUARD = 256         # fixtures/engine/pool.py GLOBAL_GUARD
@@ -626,7 +626,7 @@ def test_run_batch_lays_out_encodes_launches_and_checks(kind, monkeypatch):
         src = np.asarray(args[2])
         pos = 0
         for c, row in zip(cases, rows):
-            want = ts.smem_bytes(c)
+            want = ts.smem_source(c)
             assert (row[6], row[7]) == (pos, want.size), c.id
             assert np.array_equal(src[pos:pos + want.size], want)
             pos = -(-(pos + want.size) // 16) * 16

@@ -62,7 +62,7 @@ TREE = '''
     from fixtures.cuda_layer import placement
     from fixtures.cuda_layer.faults import harness_step
     import fixtures.tma_load   # registers the rule tma-load.model
-    from fixtures.tensormap.registry import fail
+    from fixtures.rules.registry import fail
 
     BROKEN = int(os.environ.get("FAKE_BROKEN_GPU", "-1"))
     HARNESS = int(os.environ.get("FAKE_HARNESS_GPU", "-1"))

@@ -12,7 +12,7 @@ from fixtures.host_encode import rules as R
 from fixtures.tensormap import enums, geometry as geo, map_layout as ml
 from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.ids import num, stable_hash
-from fixtures.tensormap.params import TiledLoad, TiledMap, TiledParams, encode_params
+from fixtures.tensormap.params import TiledBox, TiledMap, TiledParams, encode_params
 from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from seeds import seed
 
@@ -100,7 +100,7 @@ def test_rank1_gets_a_one_element_stride_list():
         calls.append((args, kw))
 
     TiledMap(D.FLOAT16, 1, 0x1000, (100,), (), (8,), (1,)).encode(fake)
-    TiledLoad(D.FLOAT16, 1, (100,), (), (8,), (1,), Interleave.NONE, Swizzle.NONE,
+    TiledBox(D.FLOAT16, 1, (100,), (), (8,), (1,), Interleave.NONE, Swizzle.NONE,
               OobFill.NONE, (0,)).map(0x1000).encode(fake)
     encode_params(TiledParams(dtype=6, rank=1, global_dim=(100,), global_strides=(),
                               box_dim=(8,), element_strides=(1,)), 0x1000, encoder=fake)
@@ -116,7 +116,7 @@ def test_zero_stride_is_one_answer():
     p = TiledParams(dtype=7, rank=2, global_dim=(64, 4), global_strides=(0,), box_dim=(32, 4),
                     element_strides=(1, 1))
     assert R.evaluate(p).accept
-    load = TiledLoad(D.FLOAT32, 2, (64, 4), (0,), (32, 4), (1, 1), Interleave.NONE,
+    load = TiledBox(D.FLOAT32, 2, (64, 4), (0,), (32, 4), (1, 1), Interleave.NONE,
                      Swizzle.NONE, OobFill.NONE, (0, 0))
     assert tma_model.rule_violations(load) == []
     assert tma_model.rule_violations(dataclasses.replace(load, global_strides=(8,)))
@@ -133,7 +133,7 @@ def test_alignment_helpers():
 def test_load_is_a_map_plus_coordinates():
     m = TiledMap(D.FLOAT32, 2, 0x4000, (64, 8), (256,), (32, 8), (1, 1), swizzle=Swizzle.B128,
                  fill=OobFill.NAN_REQUEST_ZERO_FMA)
-    load = TiledLoad.of(m, (4, 1), 128)
+    load = TiledBox.of(m, (4, 1), 128)
     assert load.coords == (4, 1) and load.smem_offset == 128 and load.oob_fill == m.fill
     assert load.map(0x4000) == m
     assert TiledParams(dtype=7, rank=2, global_dim=(64, 8), global_strides=(256,), box_dim=(32, 8),

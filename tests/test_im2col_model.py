@@ -11,7 +11,7 @@ import pytest
 
 from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType as DT, Interleave, OobFill, Swizzle, short
-from fixtures.tensormap.params import Im2colLoad
+from fixtures.tensormap.params import Im2colBox
 from fixtures.tma_box import im2col_cases as ic, im2col as im
 from fixtures.tma_box.tiled import NAN_FILL, POISON
 from reports import axes
@@ -21,7 +21,7 @@ def mk(dt, dims, lower, upper, cpp, ppc, coords, offsets, *, estr=None, swz=Swiz
        fill=OobFill.NONE, smem_offset=0):
     strides, _ = geo.dense_layout(dt, dims, 16)
     rank = len(dims)
-    return Im2colLoad(dt, rank, tuple(dims), tuple(int(s) for s in strides), tuple(lower),
+    return Im2colBox(dt, rank, tuple(dims), tuple(int(s) for s in strides), tuple(lower),
                       tuple(upper), cpp, ppc, tuple(estr or (1,) * rank), Interleave.NONE, swz,
                       fill, tuple(coords), tuple(offsets), smem_offset)
 
@@ -176,7 +176,7 @@ def mk_il(dt, il, dims, lower, upper, cpp, ppc, coords, offsets, *, estr=None, s
     ck = geo.interleave_bytes(il)
     strides, _ = geo.dense_layout(dt, dims, ck, unit=ck)
     rank = len(dims)
-    return Im2colLoad(dt, rank, tuple(dims), tuple(int(s) for s in strides), tuple(lower),
+    return Im2colBox(dt, rank, tuple(dims), tuple(int(s) for s in strides), tuple(lower),
                       tuple(upper), cpp, ppc, tuple(estr or (1,) * rank), il, swz, fill,
                       tuple(coords), tuple(offsets))
 

@@ -13,7 +13,7 @@ from fixtures.cuda_layer.isolation import IsolatedRunner, run_isolated
     ids=["spawned", "forked"])
 def runner(request):
     """A runner whose children are new interpreters, or forked from this process (the
-    trap lane's: fixtures/cuda_layer/lane.py); each behaves the same."""
+    trap lane's: fixtures/cuda_layer/trap_lane.py); each behaves the same."""
     r = IsolatedRunner(fork=request.param)
     yield r
     r.stop()

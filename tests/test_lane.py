@@ -1,4 +1,4 @@
-"""The run's trap lane (fixtures/cuda_layer/lane.py): the jobs run ahead in a process of
+"""The run's trap lane (fixtures/cuda_layer/trap_lane.py): the jobs run ahead in a process of
 their own, each case takes its call's outcome, and a lane that does not run a job --
 not its call, not its GPU, dead, stuck -- leaves the case to make its own call."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fixtures.cuda_layer import lane
+from fixtures.cuda_layer import trap_lane
 from fixtures.plugins.scheduling import run_order
 from fixtures.cuda_layer.isolation import target_name
 from fixtures.cuda_layer.placement import Gpu
@@ -24,21 +24,21 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def joined(tmp_path):
     yield tmp_path / "lane"
-    lane.leave()
-    lane.stop(tmp_path / "lane")
+    trap_lane.leave()
+    trap_lane.stop(tmp_path / "lane")
 
 
-def begin(path: Path, jobs: list, device=None, watch: int | None = None) -> lane.Joined:
+def begin(path: Path, jobs: list, device=None, watch: int | None = None) -> trap_lane.Joined:
     """The lane started (as the controller does) and joined with ``jobs`` (as the first
     worker to collect does)."""
-    proc = lane.start(path, device, os.getpid() if watch is None else watch)
-    joined = lane.join(path, jobs, device)
+    proc = trap_lane.start(path, device, os.getpid() if watch is None else watch)
+    joined = trap_lane.join(path, jobs, device)
     joined.proc = proc
     return joined
 
 
-def job(name: str, *args, timeout: float = 60.0) -> lane.Job:
-    return lane.Job(key=lane.key_of(name, args), target=f"isolation_targets:{name}", args=args,
+def job(name: str, *args, timeout: float = 60.0) -> trap_lane.Job:
+    return trap_lane.Job(key=trap_lane.key_of(name, args), target=f"isolation_targets:{name}", args=args,
                     timeout=timeout)
 
 
@@ -55,18 +55,18 @@ def test_the_lane_runs_the_jobs_and_each_case_takes_its_outcome(joined):
     jobs = [job("add", 1, 2), job("poison_with_error"), job("boom"), job("add", 5, 5), job("pid"),
             job("pid")]
     begin(joined, jobs)
-    outs = [lane.take(j.key, None) for j in jobs]
+    outs = [trap_lane.take(j.key, None) for j in jobs]
     assert [o.kind for o in outs] == ["returned", "cuda_error", "exception", "returned", "returned", "returned"]
     assert outs[0].value == 3 and outs[3].value == 10
     assert outs[1].error == "CUDA_ERROR_ILLEGAL_INSTRUCTION" and outs[1].poisoned
     assert "planted failure" in outs[2].error
     assert outs[4].value != os.getpid()             # it ran in a child of the lane
-    assert len(lane.TAKEN) == len(jobs) and all(a <= b for a, b in lane.TAKEN)
-    wait_for(lambda: (joined / lane.SUMMARY).exists())
-    summary = lane.stop(joined)
+    assert len(trap_lane.TAKEN) == len(jobs) and all(a <= b for a, b in trap_lane.TAKEN)
+    wait_for(lambda: (joined / trap_lane.SUMMARY).exists())
+    summary = trap_lane.stop(joined)
     assert summary["jobs"] == summary["ran"] == len(jobs)
     assert summary["outcomes"] == {"returned": 4, "cuda_error": 1, "exception": 1}
-    assert summary["child_starts"] >= min(lane.CHILDREN, len(jobs)) + 1    # a fresh one after the trap
+    assert summary["child_starts"] >= min(trap_lane.CHILDREN, len(jobs)) + 1    # a fresh one after the trap
     assert not joined.exists()
 
 
@@ -75,7 +75,7 @@ def test_a_hang_and_a_crash_in_the_lane_are_their_cases_outcomes(joined):
     their cases' outcomes, as in the worker's own call; the jobs after them run."""
     jobs = [job("hang", timeout=1.0), job("crash"), job("add", 3, 4)]
     begin(joined, jobs)
-    outs = [lane.take(j.key, None) for j in jobs]
+    outs = [trap_lane.take(j.key, None) for j in jobs]
     assert [o.kind for o in outs] == ["timeout", "crashed", "returned"], outs
     assert "no answer from isolation_targets:hang within 1 s" in outs[0].error
     assert outs[1].error == "child exited with status 3" and outs[2].value == 7
@@ -86,16 +86,16 @@ def test_a_call_the_lane_does_not_run_is_the_callers(joined, monkeypatch):
     an outcome (the case makes its own call); and without a lane at all. "At once" is
     what take does, not seconds: a take that waits looks for its outcome (_load) until
     the lane ends or stalls."""
-    assert lane.take("nothing", None) is None
+    assert trap_lane.take("nothing", None) is None
     j = job("add", 1, 1)
     begin(joined, [j])
     looked = []
-    load = lane._load
-    monkeypatch.setattr(lane, "_load", lambda path: looked.append(path) or load(path))
-    assert lane.take(lane.key_of("other"), None) is None
-    assert lane.take(j.key, 3) is None
+    load = trap_lane._load
+    monkeypatch.setattr(trap_lane, "_load", lambda path: looked.append(path) or load(path))
+    assert trap_lane.take(trap_lane.key_of("other"), None) is None
+    assert trap_lane.take(j.key, 3) is None
     assert looked == []
-    assert lane.take(j.key, None).value == 2
+    assert trap_lane.take(j.key, None).value == 2
     assert looked, "take looked for no outcome: this test no longer sees a wait"
 
 
@@ -103,9 +103,9 @@ def test_the_second_process_reads_the_jobs_of_the_first(joined):
     """Every process joins with the same jobs; the lane runs the first one's."""
     jobs = [job("add", 2, 2)]
     begin(joined, jobs)
-    second = lane.join(joined, [job("add", 9, 9)], None)
+    second = trap_lane.join(joined, [job("add", 9, 9)], None)
     assert second.keys == {jobs[0].key}
-    assert lane.take(jobs[0].key, None).value == 4
+    assert trap_lane.take(jobs[0].key, None).value == 4
 
 
 def test_a_run_without_jobs_ends_the_lane(joined):
@@ -113,7 +113,7 @@ def test_a_run_without_jobs_ends_the_lane(joined):
     cases: the lane ends at once (its children's contexts closed)."""
     j = begin(joined, [])
     assert j.proc.wait(30) == 0
-    summary = lane.stop(joined)
+    summary = trap_lane.stop(joined)
     assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
     assert summary["jobs_at"] >= summary["start"]
 
@@ -128,9 +128,9 @@ def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
     jobs = [job("add", 1, 1), job("add", 2, 2)]
     before = len(isolation.LOST)
     begin(joined, jobs, device=0)
-    assert lane.take(jobs[0].key, 0).kind == "no_gpu"
+    assert trap_lane.take(jobs[0].key, 0).kind == "no_gpu"
     assert len(isolation.LOST) == before + 1 and isolation.LOST[-1][1] == 0
-    assert lane.take(jobs[1].key, 0) is None           # the lane stopped: the case calls itself
+    assert trap_lane.take(jobs[1].key, 0) is None           # the lane stopped: the case calls itself
     del isolation.LOST[before:]
 
 
@@ -139,25 +139,25 @@ def test_a_dead_lane_leaves_its_cases_to_their_workers(joined):
     makes its own call; the controller's stop says the lane did not finish."""
     jobs = [job("hang"), job("add", 1, 1)]
     j = begin(joined, jobs)
-    wait_for(lambda: (joined / lane.PID).exists())
-    os.kill(int((joined / lane.PID).read_text()), signal.SIGKILL)
+    wait_for(lambda: (joined / trap_lane.PID).exists())
+    os.kill(int((joined / trap_lane.PID).read_text()), signal.SIGKILL)
     t = time.monotonic()
-    assert lane.take(jobs[1].key, None) is None
+    assert trap_lane.take(jobs[1].key, None) is None
     # it stops at the lane's death, not at the stall bound (300 s): a tenth of that, so
     # that a loaded machine's seconds never decide
-    assert time.monotonic() - t < lane.STALL_S / 10
+    assert time.monotonic() - t < trap_lane.STALL_S / 10
     assert j.proc.wait(5) == -signal.SIGKILL
-    assert "did not finish" in lane.stop(joined)["stopped"]
+    assert "did not finish" in trap_lane.stop(joined)["stopped"]
 
 
 def test_a_lane_that_never_started_is_given_up(joined, monkeypatch):
     """No pid after the start grace: the case makes its own call."""
-    monkeypatch.setattr(lane, "START_GRACE_S", 0.2)
+    monkeypatch.setattr(trap_lane, "START_GRACE_S", 0.2)
     joined.mkdir()
-    (joined / lane.OUT).mkdir()
-    (joined / lane.JOBS).write_bytes(pickle.dumps([job("add", 1, 1)]))
-    lane.join(joined, [], None)          # the jobs written, the lane never started
-    assert lane.take(job("add", 1, 1).key, None) is None
+    (joined / trap_lane.OUT).mkdir()
+    (joined / trap_lane.JOBS).write_bytes(pickle.dumps([job("add", 1, 1)]))
+    trap_lane.join(joined, [], None)          # the jobs written, the lane never started
+    assert trap_lane.take(job("add", 1, 1).key, None) is None
 
 
 def test_the_lane_stops_when_the_run_is_gone(joined):
@@ -168,8 +168,8 @@ def test_the_lane_stops_when_the_run_is_gone(joined):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     j = begin(joined, [job("add", 1, 1)], watch=gone.pid)
-    wait_for(lambda: (joined / lane.SUMMARY).exists() or j.proc.poll() is not None)
-    assert lane.take(job("add", 1, 1).key, None) is None
+    wait_for(lambda: (joined / trap_lane.SUMMARY).exists() or j.proc.poll() is not None)
+    assert trap_lane.take(job("add", 1, 1).key, None) is None
 
 
 def test_a_run_that_ends_before_its_jobs_come_ends_the_lane(joined):
@@ -178,10 +178,10 @@ def test_a_run_that_ends_before_its_jobs_come_ends_the_lane(joined):
     import subprocess
     import sys
     run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    proc = lane.start(joined, None, run.pid)
+    proc = trap_lane.start(joined, None, run.pid)
     run.wait()
     assert proc.wait(30) == 0
-    assert "ended before its jobs came" in lane.stop(joined)["stopped"]
+    assert "ended before its jobs came" in trap_lane.stop(joined)["stopped"]
 
 
 def test_the_lane_units_come_last_in_collection_order():
@@ -252,12 +252,12 @@ def test_a_call_of_its_own_is_keyed_as_the_case_makes_it(joined):
     from fixtures.tensormap.enums import DataType
     params = {"case_id": "x", "dtype": DataType.UINT8, "dims": (1 << 31,), "strides": (), "box": (32,)}
     gpu = SimpleNamespace(ordinal=None, sm=90, arch="sm_90a")
-    j = lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args, builds=("x.cu",)).job(params, gpu, Path("/c"))
+    j = trap_lane.AloneCall(tl.LARGE_DIM_TARGET, tl.large_dim_args, builds=("x.cu",)).job(params, gpu, Path("/c"))
     assert j.args == (int(DataType.UINT8), (1 << 31,), (), (32,), "sm_90a", "/c")
     assert j.builds == (("x.cu", "sm_90a", "/c"),)
-    mine = lane.Job(key=j.key, target="isolation_targets:add", args=(1, 2))   # what the lane answers
+    mine = trap_lane.Job(key=j.key, target="isolation_targets:add", args=(1, 2))   # what the lane answers
     begin(joined, [mine])
-    out = lane.call_alone(tl.LARGE_DIM_TARGET, *tl.large_dim_args(params, gpu, "/c"), device=None)
+    out = trap_lane.call_alone(tl.LARGE_DIM_TARGET, *tl.large_dim_args(params, gpu, "/c"), device=None)
     assert out.value == 3                   # the lane's outcome, not a call of the target here
 
 
@@ -270,12 +270,12 @@ def test_each_gpu_has_its_lane_and_a_case_takes_its_gpus_outcome(tmp_path):
     try:
         for k in (0, 1):
             path = tmp_path / f"gpu{k}"
-            lane.join(path, [j], k)
-            (path / lane.OUT).mkdir(parents=True, exist_ok=True)
-            (path / lane.OUT / f"{j.key}.pkl").write_bytes(pickle.dumps(
+            trap_lane.join(path, [j], k)
+            (path / trap_lane.OUT).mkdir(parents=True, exist_ok=True)
+            (path / trap_lane.OUT / f"{j.key}.pkl").write_bytes(pickle.dumps(
                 {"outcome": Outcome("returned", value=f"on GPU {k}"), "start": 1.0 + k, "stop": 2.0 + k}))
-        assert lane.take(j.key, 1).value == "on GPU 1" and lane.take(j.key, 0).value == "on GPU 0"
-        assert lane.take(j.key, 2) is None
-        assert lane.TAKEN == [(2.0, 3.0), (1.0, 2.0)]
+        assert trap_lane.take(j.key, 1).value == "on GPU 1" and trap_lane.take(j.key, 0).value == "on GPU 0"
+        assert trap_lane.take(j.key, 2) is None
+        assert trap_lane.TAKEN == [(2.0, 3.0), (1.0, 2.0)]
     finally:
-        lane.leave()
+        trap_lane.leave()

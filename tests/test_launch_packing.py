@@ -4,7 +4,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from fixtures.cuda_layer.launch import DevicePtr, TensorMapArg, pack_args
+from fixtures.cuda_layer.kernel_launch import DevicePtr, TensorMapArg, pack_args
 
 
 class FakeDeviceArray:
@@ -58,7 +58,7 @@ def test_tensor_map_must_be_128_bytes():
 
 
 # ---- cluster launches (cuLaunchKernelEx + CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-from fixtures.cuda_layer.launch import PORTABLE_CLUSTER, cluster_plan, launch_config  # noqa: E402
+from fixtures.cuda_layer.kernel_launch import PORTABLE_CLUSTER, cluster_plan, launch_config  # noqa: E402
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 16])

@@ -12,7 +12,7 @@ from fixtures.library_maps import checks, reuse, runner, triton_run
 from fixtures.library_maps.cases import TRITON_DTYPES, padding
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, Interleave, OobFill
-from fixtures.tensormap.registry import known
+from fixtures.rules.registry import known
 from fixtures.tma_box import tiled, tiled_cases
 
 

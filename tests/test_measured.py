@@ -20,7 +20,7 @@ import fixtures.tma_store  # noqa: F401
 import fixtures.toolchain  # noqa: F401
 from fixtures.plugins.case_rules import measured_of_item, rests_on
 from fixtures.tensormap.enums import Interleave, Swizzle
-from fixtures.tensormap.registry import Evidence, Rule, all_rules, measured, register
+from fixtures.rules.registry import Evidence, Rule, all_rules, measured, register
 from fixtures.tma_box import tiled, tiled_cases
 from reports import model
 

@@ -8,7 +8,7 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures.cuda_layer import memory_kinds
-from fixtures.tensormap.registry import get
+from fixtures.rules.registry import get
 from fixtures.tma_box import tiled_cases
 
 

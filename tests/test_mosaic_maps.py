@@ -14,12 +14,12 @@ from fixtures import library_maps as lm
 from fixtures.library_maps import mosaic
 from fixtures.plugins.case_rules import measured_of_item
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
-from fixtures.tensormap.params import TiledLoad
+from fixtures.tensormap.params import TiledBox
 
 
 def _load(dtype=DataType.UINT16, dims=(40, 6, 3), strides=(96, 576), box=(16, 2, 3),
           es=(1, 1, 1), swizzle=Swizzle.B32, fill=OobFill.NONE, il=Interleave.NONE):
-    return TiledLoad(dtype, len(dims), dims, strides, box, es, il, swizzle, fill, (0,) * len(dims))
+    return TiledBox(dtype, len(dims), dims, strides, box, es, il, swizzle, fill, (0,) * len(dims))
 
 
 def test_arguments_are_row_major_in_elements():

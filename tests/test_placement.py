@@ -119,7 +119,7 @@ def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_
     import sys
     import types
     import cuda.bindings
-    from fixtures.cuda_layer.launch import CudaError
+    from fixtures.cuda_layer.kernel_launch import CudaError
     fake = _FakeDriver(fail)
     used = []
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(

@@ -23,7 +23,7 @@ from nested_run import pytest_run, report
 TESTS = '''
 import pytest
 from fixtures.cuda_layer.build import BuildError
-from fixtures.tensormap.registry import Rule, fail, fail_all, register
+from fixtures.rules.registry import Rule, fail, fail_all, register
 
 register(*(Rule(r, "a test document", "a quoted sentence") for r in ("tiled.box", "R-1", "R-9")))
 

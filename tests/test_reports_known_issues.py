@@ -161,7 +161,7 @@ def test_facts_are_the_structured_signature():
     """An entry with ``facts`` absorbs an error only when the error carries each of them
     (one of the listed values): an error with no facts (an assertion, a crash of the
     harness), or with another value, is not it; an unknown fact is a usage error."""
-    from fixtures.tensormap.registry import RuleError
+    from fixtures.rules.registry import RuleError
     (e,) = parse(HEAD.replace('rule = "R"', 'rule = "R-1"\nfacts = { outcome = "trap", '
                               'status = ["CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_LAUNCH_FAILED"] }'), "x")
     trap = {"outcome": "trap", "status": "CUDA_ERROR_ILLEGAL_INSTRUCTION"}
@@ -278,7 +278,7 @@ def test_each_entry_absorbs_its_own_failure_and_no_other(entry):
     failure under another rule, and every other failure (a crash, a hang, other bytes,
     another status, other map bits, an error with no facts) under its own rules, is
     not."""
-    from fixtures.tensormap.registry import RuleError
+    from fixtures.rules.registry import RuleError
     assert entry.rule and entry.facts and entry.match is None, entry.id
     own = {k: v[0] for k, v in entry.facts}
     for rule in entry.rule:

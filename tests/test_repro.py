@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from fixtures import repro
-from fixtures.cuda_layer import toolchain
+from fixtures.cuda_layer import toolchain_choice
 from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.repro import kernel_source, record, standalone
 from fixtures.tma_box import tiled
@@ -194,7 +194,7 @@ def test_a_reproducers_kernel_is_the_suites_ptx(source):
     """The suite's kernel file built with CCCL and the reproducer's, header-free (its
     CCCL calls replaced by ptx_shim.cuh), give the same PTX instructions for every kernel."""
     try:
-        tool = toolchain.resolve()
+        tool = toolchain_choice.resolve()
     except Exception as exc:       # no NVRTC or CCCL here: said, not passed
         pytest.skip(f"no toolchain to build with: {exc}")
     suite = _entries(_ptx((KERNEL_DIR / source).read_text(), tool.include_options() + [f"-I{KERNEL_DIR}"]))

@@ -12,7 +12,7 @@ import fixtures.tma_load as tl
 import fixtures.tma_store as ts
 from fixtures.tma_store import reduce_cases
 from fixtures.tensormap.enums import Swizzle
-from fixtures.tensormap.registry import get, measured
+from fixtures.rules.registry import get, measured
 from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
 
 
@@ -135,11 +135,11 @@ def test_a_harness_exception_in_the_trap_child_is_the_harness_s(monkeypatch):
     is a harness error, never the rule's failure."""
     from fixtures.cuda_layer.faults import HarnessError
     from fixtures.cuda_layer.isolation import Outcome
-    from fixtures.engine import traps
-    monkeypatch.setattr(traps, "run_alone", lambda *a, **k: Outcome("exception", error="IndexError: x"))
+    from fixtures.engine import trap_check
+    monkeypatch.setattr(trap_check, "run_alone", lambda *a, **k: Outcome("exception", error="IndexError: x"))
     c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
     with pytest.raises(HarnessError, match="IndexError"):
-        traps.expect_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
+        trap_check.expect_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
                           reason="r", error=tiled.MISALIGNED_ERROR)
 
 
@@ -147,18 +147,18 @@ def test_a_misplaced_case_passes_only_on_the_misaligned_address_error(monkeypatc
     """expect_misaligned_trap: the case passes on CUDA_ERROR_MISALIGNED_ADDRESS only; a
     completed copy or another error fails the case's measured rule."""
     from fixtures.cuda_layer.isolation import Outcome
-    from fixtures.engine import traps
-    from fixtures.tensormap.registry import RuleFailure
+    from fixtures.engine import trap_check
+    from fixtures.rules.registry import RuleFailure
     c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
     for out, ok in ((Outcome("cuda_error", error=tiled.MISALIGNED_ERROR), True),
                     (Outcome("cuda_error", error=tiled.TRAP_ERROR), False),
                     (Outcome("returned", value={}), False)):
-        monkeypatch.setattr(traps, "run_alone", lambda *a, _o=out, **k: _o)
+        monkeypatch.setattr(trap_check, "run_alone", lambda *a, _o=out, **k: _o)
         if ok:
-            traps.expect_misaligned_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
+            trap_check.expect_misaligned_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
                                          smem_offset=c.load.smem_offset)
         else:
             with pytest.raises(RuleFailure, match=r"\[rule tma-load.smem-misaligned\]"):
-                traps.expect_misaligned_trap(c, tl.TILED, None, None,
+                trap_check.expect_misaligned_trap(c, tl.TILED, None, None,
                                              rule="tma-load.smem-misaligned",
                                              smem_offset=c.load.smem_offset)

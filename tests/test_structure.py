@@ -15,9 +15,10 @@ from seeds import seed
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-CUDA, VOCAB, BOX, ENGINE, PLUGINS = "cuda_layer", "tensormap", "tma_box", "engine", "plugins"
+RULES, CUDA, VOCAB, BOX, ENGINE, PLUGINS = ("rules", "cuda_layer", "tensormap", "tma_box", "engine",
+                                           "plugins")
 # The shared layers, lowest first: each imports only the layers below it.
-LAYERS = (CUDA, VOCAB, BOX, ENGINE)
+LAYERS = (RULES, CUDA, VOCAB, BOX, ENGINE)
 FEATURES = ("host_encode", "tma_load", "device_encode", "fences", "toolchain", "tma_store",
             "library_maps")
 # Tools over the features (not plugins): the standalone reproducers.
@@ -401,7 +402,7 @@ def _registry():
     import fixtures.tma_load  # noqa: F401
     import fixtures.tma_store  # noqa: F401
     import fixtures.toolchain  # noqa: F401
-    from fixtures.tensormap import registry
+    from fixtures.rules import registry
     return registry.all_rules()
 
 

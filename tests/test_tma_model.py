@@ -13,7 +13,7 @@ from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for, short
 from fixtures.tma_box.tiled import (POISON, box_counts, cute_swizzle, load, rule_violations,
                                     smem_bytes, swizzle_offset, trap_reason)
-from fixtures.tensormap.params import TiledLoad
+from fixtures.tensormap.params import TiledBox
 
 F32, U8, F16 = DataType.FLOAT32, DataType.UINT8, DataType.FLOAT16
 NONE_IL, ZERO, NAN = Interleave.NONE, OobFill.NONE, OobFill.NAN_REQUEST_ZERO_FMA
@@ -22,7 +22,7 @@ NONE_IL, ZERO, NAN = Interleave.NONE, OobFill.NONE, OobFill.NAN_REQUEST_ZERO_FMA
 def f32_2d(dims, box, coords, *, es=(1, 1), swz=Swizzle.NONE, fill=ZERO, stride=None,
            smem_offset=0):
     stride = stride or geo.dense_strides(F32, dims)[0]
-    return TiledLoad(F32, 2, tuple(dims), (stride,), tuple(box), tuple(es), NONE_IL, swz,
+    return TiledBox(F32, 2, tuple(dims), (stride,), tuple(box), tuple(es), NONE_IL, swz,
                      fill, tuple(coords), smem_offset)
 
 
@@ -133,7 +133,7 @@ def test_interleave_reads_chunks_and_one_element_of_dim_rank_minus_2():
     16-byte chunks (8 chunks 32 bytes apart), dimension 1 (rank - 2) loads one
     element although its box is 3, dimension 2 loads 2."""
     strides = (2048, 2048 * 5)
-    p = TiledLoad(U8, 3, (32, 5, 4), strides, (16, 3, 2), (2, 1, 1), Interleave.B16,
+    p = TiledBox(U8, 3, (32, 5, 4), strides, (16, 3, 2), (2, 1, 1), Interleave.B16,
                   Swizzle.NONE, ZERO, (0, 1, 1))
     assert box_counts(p) == (8, 1, 2)
     assert tma_model.unit_bytes(p) == 16 and tma_model.row_bytes(p) == 128
@@ -223,7 +223,7 @@ def test_unaligned_inner_coordinate_traps(dt, c0, traps):
     """Rule tma-load.trap's evidence: f32 inner coordinates 1, 2, 3, -1 trapped, 0, 4, 8, 12, 16, -4
     did not; u8 1, 15, 17, 61, 100 trapped, 16 did not."""
     es = tma_model.elem_size(dt)
-    p = TiledLoad(dt, 1, (256 // es,), (), (32 // es,), (1,), NONE_IL, Swizzle.NONE, ZERO, (c0,))
+    p = TiledBox(dt, 1, (256 // es,), (), (32 // es,), (1,), NONE_IL, Swizzle.NONE, ZERO, (c0,))
     assert bool(trap_reason(p)) == traps
     r = load(p, bytes(256))
     assert r.kind == ("trap" if traps else "data")
@@ -235,17 +235,17 @@ def test_rules_from_seed_004():
     ok = f32_2d((64, 8), (32, 8), (0, 0), swz=Swizzle.B128)
     assert rule_violations(ok) == []
     # tilelang#2578: fp16 box of 128 channels (256 B) under 128B swizzle
-    bad = TiledLoad(F16, 2, (256, 8), (512,), (128, 8), (1, 1), NONE_IL, Swizzle.B128, ZERO, (0, 0))
+    bad = TiledBox(F16, 2, (256, 8), (512,), (128, 8), (1, 1), NONE_IL, Swizzle.B128, ZERO, (0, 0))
     assert any("swizzle span" in v for v in rule_violations(bad))
     assert rule_violations(f32_2d((64, 8), (3, 8), (0, 0)))          # 12 B inner box
     assert rule_violations(f32_2d((64, 8), (32, 8), (0, 0), es=(1, 9)))
     assert rule_violations(f32_2d((64, 8), (32, 8), (0, 0), stride=264))
-    i32 = TiledLoad(DataType.INT32, 2, (64, 8), (256,), (32, 8), (1, 1), NONE_IL,
+    i32 = TiledBox(DataType.INT32, 2, (64, 8), (256,), (32, 8), (1, 1), NONE_IL,
                     Swizzle.NONE, NAN, (0, 0))
     assert any("NaN" in v for v in rule_violations(i32))
-    il = TiledLoad(F16, 2, (8, 8), (16,), (8, 8), (1, 1), Interleave.B16, Swizzle.NONE, ZERO, (0, 0))
+    il = TiledBox(F16, 2, (8, 8), (16,), (8, 8), (1, 1), Interleave.B16, Swizzle.NONE, ZERO, (0, 0))
     assert any("rank >= 3" in v for v in rule_violations(il))
-    il32 = TiledLoad(F16, 3, (16, 8, 2), (32, 256), (16, 8, 1), (1, 1, 1), Interleave.B32,
+    il32 = TiledBox(F16, 3, (16, 8, 2), (32, 256), (16, 8, 1), (1, 1, 1), Interleave.B32,
                      Swizzle.B64, ZERO, (0, 0, 0))
     assert any("32B swizzle" in v for v in rule_violations(il32))
     with pytest.raises(ValueError):
@@ -341,7 +341,7 @@ def test_swizzled_narrow_rows_start_on_span_boundaries():
     """ROW_PITCH_EVIDENCE (H200): u8 box 16x8 under 64B swizzle: row r's 16 bytes
     at r*64 swizzled: rows 0..3 at bytes 0, 64, 144, 208; gaps keep the poison."""
     host = np.arange(16 * 8, dtype=np.uint8).reshape(8, 16)
-    p = TiledLoad(U8, 2, (16, 8), (16,), (16, 8), (1, 1), NONE_IL, Swizzle.B64, ZERO, (0, 0))
+    p = TiledBox(U8, 2, (16, 8), (16,), (16, 8), (1, 1), NONE_IL, Swizzle.B64, ZERO, (0, 0))
     assert tma_model.row_pitch(p) == 64 and tma_model.footprint(p) == 512
     assert smem_bytes(p) == 128                       # the transaction count: data only
     r = load(p, tensor_bytes(host))
@@ -358,7 +358,7 @@ def test_the_documented_reading_travels_with_the_load():
     model computes at the same time (a switch in the model's globals did: interleaved
     stores and reductions failed on both GPUs of a two-GPU node)."""
     tiled = tma_model
-    p = TiledLoad(DataType.INT32, 4, (8, 5, 8, 2), (64, 320, 2560), (4, 3, 3, 1), (1, 1, 1, 1),
+    p = TiledBox(DataType.INT32, 4, (8, 5, 8, 2), (64, 320, 2560), (4, 3, 3, 1), (1, 1, 1, 1),
                   Interleave.B16, Swizzle.B32, OobFill.NONE, (0, 0, 0, 0))
     d = tiled.documented(p)
     assert tiled.box_counts(p) == (4, 3, 1, 1)                       # measured

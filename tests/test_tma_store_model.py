@@ -14,9 +14,8 @@ import pytest
 import fixtures.tma_store as ts
 from fixtures.engine import pool
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for
-from fixtures.tensormap.params import TiledLoad
-from fixtures.tma_box import tiled as load_model
-from fixtures.tma_box import tiled_cases
+from fixtures.tensormap.params import TiledBox
+from fixtures.tma_box import tiled as load_model, tiled_cases
 from fixtures.tma_store import cases as sc
 from reports import axes
 
@@ -38,7 +37,7 @@ def iota(n: int) -> bytes:
 
 def f32_6x3(box, coords, *, fill=ZERO):
     """f32, 6 x 3 elements, rows of 24 data bytes + 8 padding bytes (stride 32)."""
-    return TiledLoad(F32, 2, (6, 3), (32,), box, (1, 1), IL0, Swizzle.NONE, fill, coords)
+    return TiledBox(F32, 2, (6, 3), (32,), box, (1, 1), IL0, Swizzle.NONE, fill, coords)
 
 
 def test_a_2d_box_straddling_the_high_edge_writes_only_the_inside_elements():
@@ -68,7 +67,7 @@ def test_padding_and_guards_are_untouched_inside_the_box():
 
 
 def test_negative_and_fully_outside_boxes():
-    p = TiledLoad(U8, 1, (32,), (), (32,), (1,), IL0, Swizzle.NONE, ZERO, (-16,))
+    p = TiledBox(U8, 1, (32,), (), (32,), (1,), IL0, Swizzle.NONE, ZERO, (-16,))
     before = buffer(32)
     smem = iota(32)
     after = np.frombuffer(ts.store(p, before, smem, G), dtype=np.uint8)
@@ -84,13 +83,13 @@ def test_a_swizzled_box_is_unswizzled():
     # u8 box 32 x 8 under the 32-byte swizzle (Swizzle<1,4,3>: address bit 4 ^= bit 7):
     # row r sits at r * 32; rows 4..7 (address bit 7 set) have their two 16-byte chunks
     # swapped in shared memory, so the store reads row r, column c from r*32 + (c ^ 16).
-    p = TiledLoad(U8, 2, (32, 8), (32,), (32, 8), (1, 1), IL0, Swizzle.B32, ZERO, (0, 0))
+    p = TiledBox(U8, 2, (32, 8), (32,), (32, 8), (1, 1), IL0, Swizzle.B32, ZERO, (0, 0))
     smem = bytes(range(256))
     after = np.frombuffer(ts.store(p, buffer(256), smem, G), dtype=np.uint8)[G:G + 256]
     want = np.array([r * 32 + (c ^ 16 if r >= 4 else c) for r in range(8) for c in range(32)])
     assert np.array_equal(after, want.astype(np.uint8))
     # a source 128 bytes past the repeat: the pattern follows the address (rows 0..3 swap)
-    q = TiledLoad(U8, 2, (32, 8), (32,), (32, 8), (1, 1), IL0, Swizzle.B32, ZERO, (0, 0), 128)
+    q = TiledBox(U8, 2, (32, 8), (32,), (32, 8), (1, 1), IL0, Swizzle.B32, ZERO, (0, 0), 128)
     after = np.frombuffer(ts.store(q, buffer(256), smem, G), dtype=np.uint8)[G:G + 256]
     want = np.array([r * 32 + (c ^ 16 if r < 4 else c) for r in range(8) for c in range(32)])
     assert np.array_equal(after, want.astype(np.uint8))
@@ -99,7 +98,7 @@ def test_a_swizzled_box_is_unswizzled():
 def test_element_strides_write_every_nth_row_and_skip_the_rest():
     # u8 16 x 6, box 16 x 4 with elementStrides (5, 2): dim 0's stride is ignored (seed 004),
     # 2 rows are written (y = 1 and 3), from the box's dense rows 0 and 1.
-    p = TiledLoad(U8, 2, (16, 6), (16,), (16, 4), (5, 2), IL0, Swizzle.NONE, ZERO, (0, 1))
+    p = TiledBox(U8, 2, (16, 6), (16,), (16, 4), (5, 2), IL0, Swizzle.NONE, ZERO, (0, 1))
     assert ts.source_bytes(p) == 32
     smem = iota(32)
     after = np.frombuffer(ts.store(p, buffer(96), smem, G), dtype=np.uint8)[G:G + 96].reshape(6, 16)
@@ -111,7 +110,7 @@ def test_element_strides_write_every_nth_row_and_skip_the_rest():
 def test_tf32_is_kept_on_store_as_measured_and_fill_changes_nothing():
     vals = np.array([0x3F801FFF, 0xBF801000, 0x3F803000, 0x7FC01234, 0x00001FFF, 0x7F800000,
                      0x12345678, 0x80000001], dtype=np.uint32)
-    p = TiledLoad(TF32, 1, (8,), (), (8,), (1,), IL0, Swizzle.NONE, ZERO, (0,))
+    p = TiledBox(TF32, 1, (8,), (), (8,), (1,), IL0, Swizzle.NONE, ZERO, (0,))
     kept = np.frombuffer(ts.store(p, buffer(32), vals.tobytes(), G),
                          dtype=np.uint8)[G:G + 32].view(np.uint32)
     assert np.array_equal(kept, vals)                   # the measured reading: bit for bit
@@ -133,7 +132,7 @@ def test_traps_and_invalid_maps():
         ts.store(p, buffer(96), bytes(32), G)
     with pytest.raises(ValueError):      # boxDim[0] * 4 = 12 bytes: seed 004 refuses
         ts.store(f32_6x3((3, 2), (0, 0)), buffer(96), bytes(32), G)
-    z = TiledLoad(U8, 2, (16, 4), (0,), (16, 2), (1, 1), IL0, Swizzle.NONE, ZERO, (0, 0))
+    z = TiledBox(U8, 2, (16, 4), (0,), (16, 2), (1, 1), IL0, Swizzle.NONE, ZERO, (0, 0))
     assert ts.overlaps(z) == 16          # a zero stride: both rows write the same bytes
     with pytest.raises(ValueError, match="order is not documented"):
         ts.store(z, buffer(16), bytes(32), G)
@@ -144,7 +143,7 @@ def _round_trip(case):
     reads back as the source (after TF32 rounding), every other global byte is as before."""
     p = case.store
     before = sc.global_before(case)
-    smem = sc.smem_bytes(case)
+    smem = sc.smem_source(case)
     after = np.frombuffer(sc.expected(case), dtype=np.uint8)
     mask = ts.written_mask(p, before.size, pool.GLOBAL_GUARD)
     assert np.array_equal(after[~mask], before[~mask]), case.id
@@ -252,7 +251,7 @@ def test_ids_unique_stable_and_readable():
 
 
 def test_the_rules_are_registered_and_every_case_names_one():
-    from fixtures.tensormap import registry
+    from fixtures.rules import registry
     for rid in ("tma-store.model", "tma-store.out-of-bounds", "tma-store.swizzle",
                 "tma-store.element-strides", "tma-store.trap"):
         assert registry.known(rid)

@@ -20,9 +20,8 @@ from fixtures.tma_box import im2col as im, tiled as tm
 from fixtures.tma_store.checks import expected_load
 from fixtures.tensormap.enums import DTYPES
 from fixtures.plugins.known_issues import load
-from fixtures.tensormap.registry import RuleFailure
-from fixtures.tma_store import reduce_cases as rc
-from fixtures.tma_store import reduce_model as rm
+from fixtures.rules.registry import RuleFailure
+from fixtures.tma_store import reduce_cases as rc, reduce_model as rm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -221,11 +220,11 @@ def test_a_map_the_device_did_not_build_fails():
 
 
 def test_the_im2col_write_model_is_the_load_run_backwards():
-    """fixtures/tma_store/im2col.py write(): a store writes each element an im2col load
+    """fixtures/tma_store/im2col_writes.py write(): a store writes each element an im2col load
     (offsets 0) reads from where the load puts it: loading the tensor after the store gives
     back the source at every in-bounds position (TF32 aside: the load rounds, the store
     keeps the bits as a tiled store does), and nothing else of the tensor changes."""
-    from fixtures.tma_store import im2col as iw
+    from fixtures.tma_store import im2col_writes as iw
     stores = [c for c in iw.generate("standard") if c.op == "store"]
     assert {c.load.rank for c in stores} == {3, 4, 5}
     for c in stores[::7]:
@@ -250,7 +249,7 @@ def test_an_im2col_reduction_reduces_exactly_what_the_store_writes():
     """A reduction through an im2col map changes the elements the store through it would
     write, each to reduce_model.reduce(op, type, old, source element), and nothing else;
     its operands change most elements (the edge lists), so a missed element shows."""
-    from fixtures.tma_store import im2col as iw, reduce_model as rm
+    from fixtures.tma_store import im2col_writes as iw, reduce_model as rm
     reds = [c for c in iw.generate("standard") if c.op != "store"]
     assert {c.op for c in reds} == set(rm.OPS)
     for c in reds[::5]:
@@ -277,7 +276,7 @@ def test_im2col_write_cases_keep_to_what_was_measured():
     or a positive upper corner and a pixel past the spatial edge; the standard sweep covers every non-packed type, every swizzle, ranks 3-5
     and the three positions."""
     from fixtures.tensormap.enums import Interleave
-    from fixtures.tma_store import im2col as iw
+    from fixtures.tma_store import im2col_writes as iw
     for level, lo, hi in (("smoke", 6, 20), ("standard", 1000, 3000)):
         cs = iw.generate(level)
         assert lo <= len(cs) <= hi and len({c.id for c in cs}) == len(cs)
@@ -304,8 +303,8 @@ def test_an_im2col_write_that_misses_fails_its_rule_and_names_the_byte():
     """check_write on an im2col store whose GPU bytes differ from the model in one element:
     [rule tma-store.im2col] [case id], the map's corners, and which pixel and channel the
     byte belongs to."""
-    from fixtures.tensormap.registry import RuleFailure
-    from fixtures.tma_store import im2col as iw
+    from fixtures.rules.registry import RuleFailure
+    from fixtures.tma_store import im2col_writes as iw
     c = next(c for c in iw.generate("standard") if c.op == "store" and c.id.endswith("-inside"))
     tensor, smem = ts.write_data(c)
     before = ts.span_before(c, tensor)

@@ -1,11 +1,11 @@
-"""Which CCCL and CUDA headers go with the NVRTC in use (fixtures.cuda_layer.toolchain), on fake
+"""Which CCCL and CUDA headers go with the NVRTC in use (fixtures.cuda_layer.toolchain_choice), on fake
 installations: PyPI wheels, toolkits of CUDA 12 and 13 layout, a release mismatch, the
 override, and what the kernel cache key may not hold."""
 from pathlib import Path
 
 import pytest
 
-from fixtures.cuda_layer import toolchain
+from fixtures.cuda_layer import toolchain_choice
 from nested_run import report
 
 
@@ -51,18 +51,18 @@ def world(monkeypatch):
     """Install a fake NVRTC, PyPI header folders (as cuda.pathfinder would report them)
     and toolkit folders; resolve() is recomputed for each."""
     import cuda.pathfinder as pathfinder
-    monkeypatch.delenv(toolchain.ENV_VAR, raising=False)
+    monkeypatch.delenv(toolchain_choice.ENV_VAR, raising=False)
 
     def install(version, lib: Path, pypi: dict | None = None, toolkits=()):
-        monkeypatch.setattr(toolchain, "_nvrtc", lambda: (version, lib, "test"))
+        monkeypatch.setattr(toolchain_choice, "_nvrtc", lambda: (version, lib, "test"))
         monkeypatch.setattr(pathfinder, "find_nvidia_header_directory",
                             lambda name: (pypi or {}).get(name), raising=False)
-        monkeypatch.setattr(toolchain, "toolkit_candidates", lambda release=None: list(toolkits))
-        toolchain.resolve.cache_clear()
-        return toolchain.resolve()
+        monkeypatch.setattr(toolchain_choice, "toolkit_candidates", lambda release=None: list(toolkits))
+        toolchain_choice.resolve.cache_clear()
+        return toolchain_choice.resolve()
 
     yield install
-    toolchain.resolve.cache_clear()
+    toolchain_choice.resolve.cache_clear()
 
 
 def test_pypi_nvrtc_takes_the_pypi_cccl_even_with_a_toolkit_beside(world, tmp_path):
@@ -90,11 +90,11 @@ def test_pypi_nvrtc_without_cccl_takes_a_toolkit_of_its_release(world, tmp_path)
 def test_no_cccl_of_nvrtcs_release_is_an_error_naming_what_to_install(world, tmp_path):
     lib, found = make_pypi(tmp_path, cccl=None, headers=13050)
     tk = make_toolkit(tmp_path / "cuda-13.0", 13000, cccl=3000001)
-    with pytest.raises(toolchain.ToolchainError) as info:
+    with pytest.raises(toolchain_choice.ToolchainError) as info:
         world((13, 5), lib, found, [tk])
     msg = str(info.value)
     assert "NVRTC 13.5" in msg and "cuda-toolkit[cccl,cudart]==13.5.*" in msg
-    assert f"CUDA 13.0 toolkit at {tk}" in msg and toolchain.ENV_VAR in msg
+    assert f"CUDA 13.0 toolkit at {tk}" in msg and toolchain_choice.ENV_VAR in msg
 
 
 @pytest.mark.parametrize("layout", [13, 12])
@@ -112,13 +112,13 @@ def test_toolkit_nvrtc_takes_its_own_toolkits_cccl(world, tmp_path, layout):
 def test_override_names_its_folder_in_the_key(world, tmp_path, monkeypatch):
     lib, found = make_pypi(tmp_path, cccl=3005000, headers=13050)
     mine = make_cccl(tmp_path / "my-cccl", 3006000)
-    monkeypatch.setenv(toolchain.ENV_VAR, str(mine))
+    monkeypatch.setenv(toolchain_choice.ENV_VAR, str(mine))
     t = world((13, 5), lib, found, [])
-    assert t.cccl_origin == toolchain.ENV_VAR and t.cccl_version == "3.6.0"
+    assert t.cccl_origin == toolchain_choice.ENV_VAR and t.cccl_version == "3.6.0"
     assert t.identity()["cccl_include"] == str(mine.resolve())
-    monkeypatch.setenv(toolchain.ENV_VAR, str(tmp_path))
+    monkeypatch.setenv(toolchain_choice.ENV_VAR, str(tmp_path))
     with pytest.raises(ValueError, match="holds no cuda/ptx"):
-        toolchain.cccl_override()
+        toolchain_choice.cccl_override()
 
 
 def test_identity_holds_no_path(world, tmp_path):
@@ -142,12 +142,12 @@ def test_missing_headers_are_named_in_a_half_error(world, tmp_path):
 def test_this_installation_builds_with_the_cccl_of_its_nvrtc():
     """Whatever this machine has: the CCCL chosen is installed with NVRTC, or of its
     release, unless the override names it."""
-    toolchain.resolve.cache_clear()
+    toolchain_choice.resolve.cache_clear()
     try:
-        t = toolchain.resolve()
-    except toolchain.ToolchainError as exc:
+        t = toolchain_choice.resolve()
+    except toolchain_choice.ToolchainError as exc:
         pytest.skip(f"no toolchain here: {exc}")
-    if t.cccl_origin != toolchain.ENV_VAR:
+    if t.cccl_origin != toolchain_choice.ENV_VAR:
         assert (t.cccl_origin == t.nvrtc_origin
                 or t.cccl_origin.startswith(f"CUDA {t.release} toolkit")), t
 
@@ -172,11 +172,11 @@ def test_the_reports_name_what_the_builds_used(tmp_path):
     assert cp.returncode == 0, cp.stdout[-3000:]
     env = report(out, "environment.json")
     (used,) = env["builds"]
-    assert used["toolchain"] == env["toolchain"] == toolchain.resolve().summary()
+    assert used["toolchain"] == env["toolchain"] == toolchain_choice.resolve().summary()
     # on a GPU machine the controller also builds the suites' kernels in the background
     assert {"smoke_load.cu:sm_100a", "smoke_load.cu:sm_90a"} <= set(used["kernels"])
     assert used["builds"] >= 2
-    assert env["cccl"]["include"] == toolchain.resolve().cccl_include
+    assert env["cccl"]["include"] == toolchain_choice.resolve().cccl_include
     assert f"kernel builds: {len(used['kernels'])} kernels" in cp.stdout
     assert f"with {env['toolchain']}" in cp.stdout
     assert f"toolchain (every kernel build): {env['toolchain']}" in cp.stdout
