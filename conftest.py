@@ -9,13 +9,14 @@ from fixtures.cuda_layer.paths import keep_bytecode
 # cache off, this process, the workers and their children keep it in the harness's own.
 keep_bytecode()
 
-# The plugin modules import each other at their top (fixtures.plugins.harness imports
-# reporting, traps and known_issues): the whole package is marked for assertion rewriting
-# before the first of them is imported, as pytest marks each entry below only just before
-# importing it.
+# The plugin modules import each other at their top (fixtures.plugins.run_control.harness
+# imports the reporting plugins and the trap marks): the whole package is marked for
+# assertion rewriting before the first of them (or the package) is imported, as pytest
+# marks each entry below only just before importing it.
 pytest.register_assert_rewrite("fixtures.plugins")
-pytest_plugins = ["fixtures.plugins.heap", "fixtures.plugins.harness", "fixtures.plugins.known_issues",
-                  "fixtures.plugins.every_gpu", "fixtures.plugins.reporting", "fixtures.plugins.controller"]
+from fixtures.plugins import PLUGINS  # noqa: E402  (after the line above)
+
+pytest_plugins = list(PLUGINS)       # the one list of the harness's plugins
 
 
 def _import_plugins() -> None:

@@ -1,5 +1,5 @@
 """Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/3``,
-gathered by ``fixtures/plugins/environment.py``, which lists its keys): the flat
+gathered by ``fixtures/plugins/environment/survey.py``, which lists its keys): the flat
 ``tmac.*`` properties of JUnit, the header lines, the matrix rows.
 """
 from __future__ import annotations

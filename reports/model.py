@@ -16,7 +16,7 @@ A case of a run on several GPUs ran on each of them: ``gpus`` holds its state on
 (ordinal -> state, ``"0": "passed"``), its own state is the worst of them, and the run's
 GPUs (ordinal, name, UUID, PCI bus id) are in ``results.json``'s ``gpu.run``.
 
-A run is read either from ``results.json`` (written by ``fixtures.plugins.controller``
+A run is read either from ``results.json`` (written by ``fixtures.plugins.run_control.controller``
 through :func:`results_data`; schema ``tmac-results/2``, and the previous
 ``tmac-results/1``, which fleets of older nodes still write) or from a pytest JUnit XML
 file (any family): the plugin writes its JUnit so that the same states come back out of
@@ -164,7 +164,7 @@ class CaseResult:
     phase: str | None = None      # where it failed: setup, call, teardown, collect
     worker: str | None = None
     gpus: dict | None = None      # its state on each GPU it ran on: {"0": "passed", ...}
-    # the timeline (fixtures/plugins/timeline.py): seconds since the session started
+    # the timeline (fixtures/plugins/reporting/timeline.py): seconds since the session started
     start: float | None = None    # its setup began
     end: float | None = None      # its teardown ended
     setup_s: float | None = None
@@ -382,7 +382,7 @@ VERDICTS = ("PASS", "FAIL", "NOT MEASURED", "INTERRUPTED", "TIMED OUT", "INCOMPL
 EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 3      # pytest's ExitCode values
 EXIT_HARNESS = 3                            # HARNESS ERROR: the harness failed, no rule judged
 EXIT_GPU_LOST = 6                           # ours: the GPU stopped answering mid-run
-# The node's own case (fixtures.plugins.harness.node_check), not a conformance case: a test
+# The node's own case (fixtures.plugins.run_control.harness.node_check), not a conformance case: a test
 # of its own, so that its id reruns as ``pytest ID`` (suites/test_node.py). Reports of
 # suite versions before it name it LEGACY_NODE_CASE: the readers give it this id.
 NODE_CASE = "suites/test_node.py::test_usable_gpus"
@@ -543,7 +543,7 @@ def gpu_text(run: "Run") -> str | None:
 
 def gpu_lost_verdict(run: "Run", tally: str) -> Verdict | None:
     """GPU LOST: a GPU that was usable stopped answering mid-run (a fresh process could not
-    see it: ``results.json``'s ``gpu_lost``, written by fixtures.plugins.harness); the GPU
+    see it: ``results.json``'s ``gpu_lost``, written by fixtures.plugins.run_control.harness); the GPU
     cases after it were not run (skip kind ``gpu-lost``). From a JUnit file alone, the
     skip kind says it."""
     lost = (run.meta or {}).get("gpu_lost") or {}
@@ -699,7 +699,7 @@ def _case_from_testcase(tc: ET.Element, reasons: dict[str, str] | None = None) -
     return CaseResult(nodeid, PASSED, duration=dur, gpus=gpus)
 
 
-# The GPUs of a JUnit <testcase>, in its <system-out> (fixtures/plugins/controller.py writes
+# The GPUs of a JUnit <testcase>, in its <system-out> (fixtures/plugins/run_control/controller.py writes
 # them): "GPU 0 (GPU-..., 0000:18:00.0): passed" for a run on one GPU; "GPUs 0, 1, 2, 3:
 # passed" when the case had one state on all of the run's GPUs (their UUIDs and PCI bus ids
 # are the testsuite's properties tmac.gpu.N.uuid, .pci_bus_id); else a line per GPU, each named in full.

@@ -45,8 +45,8 @@ def main(a) -> int:
         print(f"{me}: cannot write into {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     from fixtures import repro     # the harness, imported only when a file is written
-    from fixtures.plugins import environment
-    writer = {"git_commit": environment.git_commit(), "sources_sha256": environment.sources_digest()}
+    from fixtures.plugins.environment import survey
+    writer = {"git_commit": survey.git_commit(), "sources_sha256": survey.sources_digest()}
     status = 0
     for cid in ids:
         try:

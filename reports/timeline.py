@@ -1,5 +1,5 @@
 """Where a run's wall time went, from the timeline its ``results.json`` records
-(fixtures/plugins/timeline.py):
+(fixtures/plugins/reporting/timeline.py):
 
     python -m reports timeline RESULTS [--html FILE] [--json FILE] [--wall SECONDS]
 

@@ -37,8 +37,8 @@ from fixtures import device_encode as de, engine
 from fixtures.cuda_layer import build, placement, status as st
 from fixtures.cuda_layer.kernel_launch import CudaError, Module
 from fixtures.engine.device_maps import KERNEL_SOURCE
-from fixtures.plugins.case_rules import rests_on
-from fixtures.plugins.reporting import write_artifact
+from fixtures.plugins.reporting.case_rules import rests_on
+from fixtures.plugins.reporting.run_reports import write_artifact
 from fixtures.tensormap import map_layout as ml, sweep
 from fixtures.tensormap.encode import encode_tiled, replace_address
 from fixtures.tensormap.params import map_to_json

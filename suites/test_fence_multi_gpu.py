@@ -21,7 +21,7 @@ import pytest
 
 from fixtures import fences
 from fixtures.cuda_layer import placement
-from fixtures.plugins import every_gpu
+from fixtures.plugins.run_control import every_gpu
 from fixtures.tensormap import sweep
 
 

@@ -345,7 +345,7 @@ def test_rank1_null_and_empty_strides_agree(gpu, alloc):
     assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
 
 
-@pytest.mark.trap       # traps on purpose (fixtures/plugins/trap_marks.py)
+@pytest.mark.trap       # traps on purpose (fixtures/plugins/run_control/trap_marks.py)
 @pytest.mark.isolated
 @pytest.mark.rule("encode.documented-status")
 def test_encode_in_poisoned_context(gpu):

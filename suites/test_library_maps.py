@@ -58,7 +58,7 @@ from fixtures.tensormap import sweep
 from fixtures.rules import registry
 from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
 from fixtures.cuda_layer.faults import HarnessError
-from fixtures.plugins.case_rules import rests_on
+from fixtures.plugins.reporting.case_rules import rests_on
 from fixtures.rules.registry import check, fail, fail_all
 
 POOL_BYTES = lm.CUDA_CORE_POOL_BYTES

@@ -4,16 +4,16 @@ than ``--require-gpus=N`` asks, and by default where an NVIDIA driver is install
 cannot initialize; skipped (no GPU) on a machine without one.
 
 Every run reports it, whatever it selects: run here where the run collected it, else by the
-controller under this test's id (``fixtures.plugins.controller``), so that the id a report
+controller under this test's id (``fixtures.plugins.run_control.controller``), so that the id a report
 gives reruns as ``python -m pytest suites/test_node.py::test_usable_gpus``. Its outcome is
-the one the run started with (``fixtures.plugins.harness.node_outcome``): a node that
+the one the run started with (``fixtures.plugins.run_control.harness.node_outcome``): a node that
 fails it runs no other case.
 """
 from __future__ import annotations
 
 import pytest
 
-from fixtures.plugins.harness import NODE_RULE, node_outcome
+from fixtures.plugins.run_control.harness import NODE_RULE, node_outcome
 
 
 @pytest.mark.rule(NODE_RULE)

@@ -73,7 +73,7 @@ def test_smoke_tile_loads_bit_exact(gpu, kernels):
             f"got {tile.ravel()[diff[0]]!r}, want {want.ravel()[diff[0]]!r}")
 
 
-@pytest.mark.trap       # traps on purpose (fixtures/plugins/trap_marks.py)
+@pytest.mark.trap       # traps on purpose (fixtures/plugins/run_control/trap_marks.py)
 @pytest.mark.isolated
 @pytest.mark.rule("toolchain.trap-contained")
 def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):

@@ -51,7 +51,7 @@ def test_a_worker_dead_before_xdist_knows_is_not_sent_work():
     run ended in INTERNALERROR (OSError "cannot send (already closed?)"). The unit
     given to it stays its unfinished work, which remove_node puts back in the queue."""
     from types import SimpleNamespace
-    from fixtures.plugins.scheduling import make_scheduler
+    from fixtures.plugins.run_control.scheduling import make_scheduler
 
     class DeadNode:
         shutting_down = False
@@ -161,7 +161,7 @@ def _reference_scheduler(config, log):
     ``test_a_dead_workers_crash_item_and_unfinished_cases``). The new one must decide
     exactly as this one does."""
     from xdist.scheduler import LoadScopeScheduling
-    from fixtures.plugins.scheduling import make_scheduler
+    from fixtures.plugins.run_control.scheduling import make_scheduler
     ours = type(make_scheduler(config, log))
     ahead = ours.AHEAD
 
@@ -278,7 +278,7 @@ def test_a_dead_workers_crash_item_and_unfinished_cases():
     replacement worker is sent those first, in that order."""
     from types import SimpleNamespace
     from xdist.remote import Producer
-    from fixtures.plugins.scheduling import make_scheduler
+    from fixtures.plugins.run_control.scheduling import make_scheduler
     events: list = []
     config = SimpleNamespace(getvalue=lambda name: ["1*popen"] if name == "tx" else None,
                              option=SimpleNamespace(loadscopereorder=False))
@@ -308,7 +308,7 @@ def test_the_scheduler_decides_as_xdist_bookkeeping_does():
     gives the same assignments, shutdowns, crash items and answers as xdist's own, on
     simulated runs: several functions of many cases and a few single cases, 1 to 8
     workers, with and without dead workers (replaced; one dead before xdist knows)."""
-    from fixtures.plugins.scheduling import make_scheduler
+    from fixtures.plugins.run_control.scheduling import make_scheduler
     collection = ([f"s/t.py::test_one[c{i}]" for i in range(300)]
                   + [f"s/t.py::test_two[x{i}-y{i % 7}]" for i in range(150)]
                   + ["s/t.py::test_plain", "s/u.py::test_other"]
@@ -332,7 +332,7 @@ def test_the_scheduler_bookkeeping_is_linear():
     well under the bound (0.4 s on a 2-core development VM, where the reference, xdist's
     own bookkeeping, takes 18 s)."""
     import time
-    from fixtures.plugins.scheduling import make_scheduler
+    from fixtures.plugins.run_control.scheduling import make_scheduler
     collection = [f"s/t.py::test_{f}[c{i}]" for f in range(5) for i in range(8000)]
     t0 = time.perf_counter()
     events = _simulate(make_scheduler, 1, 8, collection, 0)
@@ -346,7 +346,7 @@ def test_run_order_spreads_heavy_units_over_the_others():
     the heavy ones (a case that runs alone) spread evenly over the first 60% of the other
     units' cases (not of the units: the units come largest first, and the heavy ones
     ended up just before the tail), the first heavy unit first; every case once."""
-    from fixtures.plugins.scheduling import run_order
+    from fixtures.plugins.run_control.scheduling import run_order
     ids = ([f"s/t.py::test_big[c{i}]" for i in range(2000)] + ["s/t.py::test_plain"]
            + [f"s/t.py::test_trap[t{i}]" for i in range(6)] + [f"s/u.py::test_small[k{i}]" for i in range(3)]
            + [f"s/v.py::test_one_{i}" for i in range(300)])

@@ -64,7 +64,7 @@ def test_a_run_under_pythondontwritebytecode_fills_the_cache_in_controller_and_w
                    env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "", paths.PYCACHE_ENV: str(cache)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     written = {p.name.split(".")[0] for p in cache.rglob("*.pyc")}
-    assert {"harness", "reporting", "controller", "paths"} <= written, sorted(written)[:40]
+    assert {"harness", "run_reports", "controller", "paths"} <= written, sorted(written)[:40]
     assert "test_tiny" in written, "no worker wrote its rewritten test module into the cache"
     assert not list(root.rglob("__pycache__"))
     env = report(out, "environment.json")

@@ -1,4 +1,4 @@
-"""The capability markers (fixtures/plugins/capabilities.py), on a CPU: which case a node
+"""The capability markers (fixtures/plugins/run_control/capabilities.py), on a CPU: which case a node
 lacking a capability skips, and the reason it gives."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fixtures.plugins import capabilities
+from fixtures.plugins.run_control import capabilities
 from fixtures.tensormap import encode
 
 

@@ -1,7 +1,7 @@
 """A collection error gives one verdict and one exit status with any -n: pytest stops
 (INTERRUPTED, exit 2) and writes its reports, the error a failed case of phase
 "collect". xdist used to run the other cases and end FAIL (exit 1)
-(fixtures.plugins.controller._stop_xdist_at_collection_errors)."""
+(fixtures.plugins.run_control.controller._stop_xdist_at_collection_errors)."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.engine.units import scope_of
-from fixtures.plugins.case_rules import measured_of_item
+from fixtures.plugins.reporting.case_rules import measured_of_item
 from fixtures.library_maps import cute_dsl
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, L2Promotion, Swizzle, short

@@ -1,4 +1,4 @@
-"""Every GPU of a node runs every case (fixtures/plugins/every_gpu.py), shown on this CPU
+"""Every GPU of a node runs every case (fixtures/plugins/run_control/every_gpu.py), shown on this CPU
 machine with fake GPUs: a real pytest run on a small generated tree, with a tiny plugin
 (``-p fakegpus``) that makes the pytest processes see N H100s whose contexts open (and
 whose isolated children are never started). Each case runs on every GPU, in that GPU's
@@ -28,7 +28,7 @@ CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
 FAKE_GPUS = '''
 import os
 from fixtures.cuda_layer import cuda_env, isolation, placement
-import fixtures.plugins.harness as harness
+import fixtures.plugins.run_control.harness as harness
 
 N = int(os.environ.get("FAKE_GPUS", "4"))
 STATE = cuda_env.DriverState(True, "", 13000, tuple(

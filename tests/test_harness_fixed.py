@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from fixtures.plugins import environment as env_mod
+from fixtures.plugins.environment import survey as env_mod
 from reports import fingerprint as fp_mod
 
 ROOT = Path(__file__).resolve().parents[1]

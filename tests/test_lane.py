@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from fixtures.cuda_layer import trap_lane
-from fixtures.plugins.scheduling import run_order
+from fixtures.plugins.run_control.scheduling import run_order
 from fixtures.cuda_layer.isolation import target_name
 from fixtures.cuda_layer.placement import Gpu
 

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.library_maps import mosaic
-from fixtures.plugins.case_rules import measured_of_item
+from fixtures.plugins.reporting.case_rules import measured_of_item
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledBox
 

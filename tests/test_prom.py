@@ -1,4 +1,4 @@
-"""--prom-file (fixtures/plugins/prom.py): node_exporter's textfile-collector file,
+"""--prom-file (fixtures/plugins/reporting/prom.py): node_exporter's textfile-collector file,
 written atomically at the end of every run that wrote its reports, parsed here with
 prometheus_client's own parser."""
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_bad_prom_file_is_a_usage_error(tmp_path, arg, env, line):
 
 
 def test_label_values_are_escaped():
-    from fixtures.plugins import prom
+    from fixtures.plugins.reporting import prom
     assert prom.escape('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
     assert prom.escape("plain 580.65.06") == "plain 580.65.06"
     weird = 'no"de\\7\nx'

@@ -1,4 +1,4 @@
-"""One run per report folder (fixtures/plugins/run_lock.py): a run that finds a live
+"""One run per report folder (fixtures/plugins/run_control/run_lock.py): a run that finds a live
 run's folder stops at start-up with one line naming that run (exit 4); a dead run's
 lock does not block; workers and --collect-only take no lock."""
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_second_run_on_a_live_runs_folder_is_refused(tmp_path):
 
 KILLED = '''
 import os, signal, sys
-from fixtures.plugins.run_lock import RunLock
+from fixtures.plugins.run_control.run_lock import RunLock
 lock = RunLock(sys.argv[1])
 lock.acquire({"run_id": "dead-run", "host": os.uname().nodename, "pid": os.getpid(), "started": "then"})
 os.kill(os.getpid(), signal.SIGKILL)
@@ -123,7 +123,7 @@ def test_a_dead_runs_lock_does_not_block(tmp_path):
 def test_lock_refusal_names_the_holder(tmp_path):
     """In one process: a second RunLock on a held folder raises FolderInUse with the
     holder's owner file; after release it can be taken."""
-    from fixtures.plugins.run_lock import FolderInUse, RunLock
+    from fixtures.plugins.run_control.run_lock import FolderInUse, RunLock
     owner = {"run_id": "r1", "host": "h", "pid": 1, "started": "2026-11-25T12:00:00+00:00"}
     a = RunLock(tmp_path)
     a.acquire(owner)

@@ -157,7 +157,7 @@ EXPECTED = {
 }
 
 
-NODE = NODE_CASE     # the node's own case, which every run reports (fixtures.plugins.harness)
+NODE = NODE_CASE     # the node's own case, which every run reports (fixtures.plugins.run_control.harness)
 
 
 def cases_only(states: dict) -> dict:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugins.known_issues import Context, KnownIssuesError, load, parse
+from fixtures.plugins.known_issues.matching import Context, KnownIssuesError, load, parse
 
 GOOD = '''
 schema = 1
@@ -184,7 +184,7 @@ def test_a_failure_the_entry_explains_is_one_line_any_other_keeps_its_traceback(
     traceback of it (every file in it parsed again) is not built: its repr is the
     exception's line. A failure the entry does not explain fails the case, with the
     traceback pytest gives it."""
-    from fixtures.plugins.known_issues import _known_failure_repr
+    from fixtures.plugins.known_issues.matching import _known_failure_repr
     (entry, _) = parse(GOOD, "x")
 
     class RuleFailure(Exception):       # errors_of reads ``errors``, as the registry's has

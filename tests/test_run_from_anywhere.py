@@ -1,6 +1,6 @@
 """`pytest /path/to/checkout` from another folder runs what `pytest` in the checkout runs:
 the conformance suites (testpaths), not the harness's self-tests, which run only when an
-argument names `tests` or something in it (fixtures.plugins.harness.pytest_ignore_collect)."""
+argument names `tests` or something in it (fixtures.plugins.run_control.harness.pytest_ignore_collect)."""
 from __future__ import annotations
 
 import os
@@ -46,12 +46,12 @@ def test_the_self_tests_report_into_a_temporary_folder(tmp_path):
     """A run of the self-tests (its paths in the checkout's tests/) writes its reports
     into the system's temporary folder, never into the checkout's reports/out (where it
     moved `latest` away from the user's last conformance run); a conformance run without
-    --report-dir still writes there (fixtures.plugins.reporting.default_report_dir)."""
+    --report-dir still writes there (fixtures.plugins.reporting.run_reports.default_report_dir)."""
     import tempfile
     from pathlib import Path
     from types import SimpleNamespace
 
-    from fixtures.plugins.reporting import default_report_dir, is_self_test_run
+    from fixtures.plugins.reporting.run_reports import default_report_dir, is_self_test_run
 
     env = dict(os.environ)
     for k in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):

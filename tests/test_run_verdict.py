@@ -233,7 +233,7 @@ def test_node_check(monkeypatch, require, traces, state, want):
     """Where the NVIDIA device nodes or proc entry exist but CUDA cannot initialize, the
     node fails by default (--require-gpus=0 accepts it); GPUs without tensor maps are
     not a broken node (NOT MEASURED); --require-gpus=N counts GPUs with tensor maps."""
-    from fixtures.plugins import harness as plugin
+    from fixtures.plugins.run_control import harness as plugin
     monkeypatch.delenv("TMA_REQUIRE_GPUS", raising=False)
     monkeypatch.setattr(cuda_env, "probe", lambda: state)
     monkeypatch.setattr(cuda_env, "driver_traces", lambda: traces)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.cuda_layer.isolation import alive
-from fixtures.plugins import run_lock
+from fixtures.plugins.run_control import run_lock
 from reports.model import NODE_CASE
 
 from nested_run import make_tree, plugin_env, pytest_argv, pytest_start, report, started_tree, wait_for
@@ -349,7 +349,7 @@ def test_a_run_stopped_before_junits_writer_was_set_up_still_gets_its_junit_file
     itself: no testcase, the run's properties, its verdict; the report readers read it."""
     from types import SimpleNamespace
 
-    from fixtures.plugins.controller import Controller
+    from fixtures.plugins.run_control.controller import Controller
     from reports.model import read_junit
     c = Controller.__new__(Controller)
     c.verdict = SimpleNamespace(text="INTERRUPTED: KeyboardInterrupt (0 passed, 0 failed or could not "
@@ -481,7 +481,7 @@ def test_a_ctrl_c_swallowed_where_it_landed_still_stops_the_run(tmp_path, where,
     collector's callback, a __del__: "Exception ignored in") still stops the run: at
     the next report, or, none coming, the run ends under the verdict INTERRUPTED, exit
     status 2. A random-interrupt stress found a Ctrl-C at 1 s swallowed by the harness's
-    own gc callback (fixtures/plugins/heap.py): the run completed and exited 0."""
+    own gc callback (fixtures/plugins/run_control/heap.py): the run completed and exited 0."""
     root = make_tree(tmp_path / "t", '''
         import pytest
         @pytest.mark.parametrize("i", range(40))
@@ -522,7 +522,7 @@ def test_a_nested_run_gets_ctrl_c_whatever_this_run_inherited():
 
 WHILE_THE_FOLDER_IS_MADE = '''
 import os, signal
-from fixtures.plugins import run_lock
+from fixtures.plugins.run_control import run_lock
 
 _write = run_lock.write_json
 

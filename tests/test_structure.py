@@ -310,7 +310,7 @@ RUNTIME_SKIPS = {
 
 def test_suites_skip_by_marker():
     """What a case needs of the node is a marker on it (``requires_sm``,
-    ``requires_driver_api``, ``requires_tool``: fixtures/plugins/capabilities.py; ``skipif``
+    ``requires_driver_api``, ``requires_tool``: fixtures/plugins/run_control/capabilities.py; ``skipif``
     for an installed package), decided before the case runs: a suite's function calls
     ``pytest.skip`` only for an answer the run gets (RUNTIME_SKIPS, each with why), and
     every such entry still skips."""
@@ -398,7 +398,7 @@ def _registry():
     import fixtures.device_encode  # noqa: F401  (each feature registers its rules)
     import fixtures.fences  # noqa: F401
     import fixtures.host_encode  # noqa: F401
-    import fixtures.plugins.harness  # noqa: F401
+    import fixtures.plugins.run_control.harness  # noqa: F401
     import fixtures.tma_load  # noqa: F401
     import fixtures.tma_store  # noqa: F401
     import fixtures.toolchain  # noqa: F401

@@ -1,4 +1,4 @@
-"""The timeline: what results.json records of a run's time (fixtures/plugins/timeline.py),
+"""The timeline: what results.json records of a run's time (fixtures/plugins/reporting/timeline.py),
 end to end under -n 2, and what ``python -m reports timeline`` makes of it
 (reports/timeline.py), on a hand-made run whose every second is known."""
 from __future__ import annotations

@@ -19,7 +19,7 @@ from fixtures.engine.pool import GLOBAL_GUARD
 from fixtures.tma_box import im2col as im, tiled as tm
 from fixtures.tma_store.checks import expected_load
 from fixtures.tensormap.enums import DTYPES
-from fixtures.plugins.known_issues import load
+from fixtures.plugins.known_issues.matching import load
 from fixtures.rules.registry import RuleFailure
 from fixtures.tma_store import reduce_cases as rc, reduce_model as rm
 

@@ -1,4 +1,4 @@
-"""The marker ``trap`` (fixtures/plugins/trap_marks.py): a health check's ``-m "not trap"``
+"""The marker ``trap`` (fixtures/plugins/run_control/trap_marks.py): a health check's ``-m "not trap"``
 leaves out every case that traps the GPU on purpose or as a known issue and keeps the
 others; results.json lists the trap cases that ran with the window of their call."""
 from __future__ import annotations
