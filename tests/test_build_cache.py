@@ -136,9 +136,9 @@ def test_builds_used_names_the_toolchain(kdir, tmp_path, monkeypatch):
 
 
 def test_precompile_list_names_every_suite_kernel():
-    """The controller's background build (fixtures.plugins.run_control.harness.PRECOMPILE) covers every
+    """The controller's background build (fixtures.plugins.run_control.session_start.PRECOMPILE) covers every
     kernel source but the one that exists to fail on plain sm_90."""
-    from fixtures.plugins.run_control import harness as plugin
+    from fixtures.plugins.run_control import session_start as plugin
     sources = {p.name for p in build.KERNEL_DIR.glob("*.cu")} - {"replace_sm90a_only.cu"}
     assert set(plugin.PRECOMPILE) == sources
 
@@ -195,7 +195,7 @@ def test_precompile_builds_every_kernel_in_child_processes(tmp_path, monkeypatch
     thread stopped the controller), and the workers then find every cubin in the cache."""
     from types import SimpleNamespace
     from _pytest.stash import Stash
-    from fixtures.plugins.run_control import harness as plugin
+    from fixtures.plugins.run_control import session_start as plugin
     monkeypatch.setattr(plugin.cuda_env, "probe", lambda: SimpleNamespace(available=True))
     cache = tmp_path / "kc"
     opts = {"arch": "sm_90a", "kernel_cache": str(cache)}
@@ -383,7 +383,7 @@ def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(mo
     from types import SimpleNamespace
     from _pytest.stash import Stash
     from fixtures.plugins.run_control import every_gpu
-    from fixtures.plugins.run_control import harness as plugin
+    from fixtures.plugins.run_control import session_start as plugin
     started, opened, threads = [], [], []
     monkeypatch.setattr(plugin.cuda_env, "probe", lambda: SimpleNamespace(available=True))
     monkeypatch.setattr(every_gpu, "run_gpus", lambda: (SimpleNamespace(ordinal=3),))

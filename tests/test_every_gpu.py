@@ -28,14 +28,14 @@ CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
 FAKE_GPUS = '''
 import os
 from fixtures.cuda_layer import cuda_env, isolation, placement
-import fixtures.plugins.run_control.harness as harness
+import fixtures.plugins.run_control.session_start as session_start
 
 N = int(os.environ.get("FAKE_GPUS", "4"))
 STATE = cuda_env.DriverState(True, "", 13000, tuple(
     cuda_env.DeviceInfo(i, "NVIDIA H100", (9, 0), f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}",
                         f"0000:{0x18 + i:02X}:00.0") for i in range(N)))
 cuda_env.probe = lambda: STATE
-harness.PRECOMPILE = ()                  # no kernel builds on this CPU machine
+session_start.PRECOMPILE = ()                # no kernel builds on this CPU machine
 
 
 def fake_open(cls, info, arch=None):

@@ -29,7 +29,7 @@ CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
 FAKE_GPU = '''
 import os
 from fixtures.cuda_layer import cuda_env, placement
-import fixtures.plugins.run_control.harness as harness
+import fixtures.plugins.run_control.session_start as session_start
 
 STATE = cuda_env.DriverState(True, "", 13000, (cuda_env.DeviceInfo(0, "NVIDIA H100", (9, 0)),))
 GONE = cuda_env.DriverState(False, "CUDA driver 13000 sees no GPU", 13000)
@@ -45,7 +45,7 @@ def probe():
 
 
 cuda_env.probe = probe
-harness.PRECOMPILE = ()                 # no kernel builds on this CPU machine
+session_start.PRECOMPILE = ()               # no kernel builds on this CPU machine
 
 
 def fake_open(cls, info, arch=None):
