@@ -3,7 +3,7 @@ from collections import defaultdict
 
 import pytest
 
-from fixtures.engine.units import BUCKETS, bucket, scope_of
+from fixtures.engine.units import bucket, BUCKETS, scope_of
 
 from nested_run import make_tree, pytest_run
 

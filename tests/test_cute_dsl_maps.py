@@ -14,10 +14,10 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.engine.units import scope_of
-from fixtures.plugins.reporting.case_rules import measured_of_item
 from fixtures.library_maps import cute_dsl
+from fixtures.plugins.reporting.case_rules import measured_of_item
 from fixtures.tensormap import map_layout as ml
-from fixtures.tensormap.enums import DataType, L2Promotion, Swizzle, short
+from fixtures.tensormap.enums import DataType, L2Promotion, short, Swizzle
 from fixtures.tma_box import tiled
 
 ATOM_TYPE = ('!cute_nvgpu.atom.non_exec_tiled_tma_load<sm_90, f16, copy_bits = 8192, '

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from fixtures.cuda_layer import build
 from fixtures import device_encode as de
+from fixtures.cuda_layer import build
 from fixtures.device_encode import field_sweep
 from fixtures.engine import device_maps as dm
 from fixtures.tensormap import replace as rp
-from fixtures.tensormap.enums import DTYPES, PTX_SWIZZLE, DataType, Interleave, OobFill, Swizzle
+from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, PTX_SWIZZLE, Swizzle
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,10 @@ import re
 
 import pytest
 
-from fixtures.host_encode import bases as eb
-from fixtures.host_encode import cases as ec
-from fixtures.host_encode import rules as R
+from fixtures.host_encode import bases as eb, cases as ec, rules as R
 from fixtures.tensormap import params as P
-from fixtures.tensormap.enums import DataType, Im2colWideMode, Interleave, L2Promotion, OobFill, Swizzle
+from fixtures.tensormap.enums import (DataType, Im2colWideMode, Interleave, L2Promotion, OobFill,
+                                      Swizzle)
 
 LEVELS = ("smoke", "standard", "full")
 

@@ -21,12 +21,11 @@ import pytest
 import fixtures.tma_load as tl
 import fixtures.tma_store as ts
 from fixtures import engine
-from fixtures.engine.units import bucket
-from fixtures.cuda_layer.isolation import Outcome
 from fixtures.cuda_layer.isolated_child import resolve_target
-from fixtures.cuda_layer.isolation import target_name
+from fixtures.cuda_layer.isolation import Outcome, target_name
 from fixtures.engine import batches as engine_batches, pool
 from fixtures.engine.operation import Operation, Run
+from fixtures.engine.units import bucket
 from fixtures.rules.registry import RuleFailure
 from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from fixtures.tensormap import enums
-from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle
+from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, Swizzle
 from seeds import seed
 
 ENUM_BLOCK = re.compile(r"typedef enum (\w+)_enum \{(.*?)\}", re.S)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixtures.cuda_layer import build
 from fixtures import fences
+from fixtures.cuda_layer import build
 
 from seeds import seed
 

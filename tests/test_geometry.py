@@ -10,10 +10,10 @@ import pytest
 
 from fixtures.host_encode import rules as R
 from fixtures.tensormap import enums, geometry as geo, map_layout as ml
-from fixtures.tensormap.enums import DTYPES, DataType, Interleave, OobFill, Swizzle
+from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, Swizzle
 from fixtures.tensormap.ids import num, stable_hash
-from fixtures.tensormap.params import TiledBox, TiledMap, TiledParams, encode_params
-from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
+from fixtures.tensormap.params import encode_params, TiledBox, TiledMap, TiledParams
+from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
 from seeds import seed
 
 D = DataType

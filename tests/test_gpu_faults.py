@@ -13,9 +13,9 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures.engine import Batches
-from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
 from fixtures.engine.units import bucket
 from fixtures.tensormap.enums import Interleave
+from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
 
 from reports.model import NODE_CASE
 

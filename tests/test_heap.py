@@ -1,6 +1,6 @@
 """The end of a run stays cheap: fixtures.plugins.run_control.heap freezes what survives a full
 garbage collection, and a worker's test report travels without the fields the
-controller's TestReport would default (fixtures.plugins.reporting.run_reports)."""
+controller's TestReport would default (fixtures.plugins.reporting.case_record)."""
 from __future__ import annotations
 
 import gc
@@ -11,8 +11,8 @@ import pytest
 from _pytest.reports import TestReport
 from _pytest.reports import pytest_report_to_serializable as pytest_serialized
 
+from fixtures.plugins.reporting import case_record
 from fixtures.plugins.run_control import heap
-from fixtures.plugins.reporting import run_reports
 
 
 def _with_callback(body) -> None:
@@ -70,7 +70,7 @@ def test_unconfigure_removes_the_callback():
 
 def _serialized_on_worker(report: TestReport) -> dict:
     config = types.SimpleNamespace(workerinput={})
-    hook = run_reports.pytest_report_to_serializable(config, report)
+    hook = case_record.pytest_report_to_serializable(config, report)
     next(hook)
     try:
         hook.send(pytest_serialized(report))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fixtures.tensormap import geometry as geo
-from fixtures.tensormap.enums import DataType as DT, Interleave, OobFill, Swizzle, short
+from fixtures.tensormap.enums import DataType as DT, Interleave, OobFill, short, Swizzle
 from fixtures.tensormap.params import Im2colBox
-from fixtures.tma_box import im2col_cases as ic, im2col as im
+from fixtures.tma_box import im2col as im, im2col_cases as ic
 from fixtures.tma_box.tiled import NAN_FILL, POISON
 from reports import axes
 

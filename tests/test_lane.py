@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from fixtures.cuda_layer import trap_lane
-from fixtures.plugins.run_control.scheduling import run_order
 from fixtures.cuda_layer.isolation import target_name
 from fixtures.cuda_layer.placement import Gpu
+from fixtures.plugins.run_control.scheduling import run_order
 
 ROOT = Path(__file__).resolve().parents[1]
 

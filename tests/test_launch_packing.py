@@ -4,7 +4,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from fixtures.cuda_layer.kernel_launch import DevicePtr, TensorMapArg, pack_args
+from fixtures.cuda_layer.kernel_launch import DevicePtr, pack_args, TensorMapArg
 
 
 class FakeDeviceArray:

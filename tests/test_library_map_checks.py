@@ -9,10 +9,10 @@ import pytest
 
 from fixtures import library_maps as lm
 from fixtures.library_maps import checks, reuse, runner, triton_run
-from fixtures.library_maps.cases import TRITON_DTYPES, padding
+from fixtures.library_maps.cases import padding, TRITON_DTYPES
+from fixtures.rules.registry import known
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, Interleave, OobFill
-from fixtures.rules.registry import known
 from fixtures.tma_box import tiled, tiled_cases
 
 

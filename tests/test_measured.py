@@ -19,8 +19,8 @@ import fixtures.tma_load  # noqa: F401
 import fixtures.tma_store  # noqa: F401
 import fixtures.toolchain  # noqa: F401
 from fixtures.plugins.reporting.case_rules import measured_of_item, rests_on
+from fixtures.rules.registry import all_rules, Evidence, measured, register, Rule
 from fixtures.tensormap.enums import Interleave, Swizzle
-from fixtures.rules.registry import Evidence, Rule, all_rules, measured, register
 from fixtures.tma_box import tiled, tiled_cases
 from reports import model
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reports import model
-from reports.model import NODE_CASE, load_run
+from reports.model import load_run, NODE_CASE
 
 import nested_run
 from nested_run import pytest_run, report
@@ -23,7 +23,7 @@ from nested_run import pytest_run, report
 TESTS = '''
 import pytest
 from fixtures.cuda_layer.build import BuildError
-from fixtures.rules.registry import Rule, fail, fail_all, register
+from fixtures.rules.registry import fail, fail_all, register, Rule
 
 register(*(Rule(r, "a test document", "a quoted sentence") for r in ("tiled.box", "R-1", "R-9")))
 

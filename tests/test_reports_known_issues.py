@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugins.known_issues.matching import Context, KnownIssuesError, load, parse
+from fixtures.plugins.known_issues.entries import Context, KnownIssuesError, load, parse
 
 GOOD = '''
 schema = 1

@@ -10,10 +10,10 @@ import pytest
 
 import fixtures.tma_load as tl
 import fixtures.tma_store as ts
-from fixtures.tma_store import reduce_cases
-from fixtures.tensormap.enums import Swizzle
 from fixtures.rules.registry import get, measured
+from fixtures.tensormap.enums import Swizzle
 from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
+from fixtures.tma_store import reduce_cases
 
 
 @pytest.mark.parametrize("level", ["standard", "full"])

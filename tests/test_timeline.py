@@ -11,7 +11,7 @@ import pytest
 
 from reports import timeline
 from reports.__main__ import main as reports_main
-from reports.model import NODE_CASE, CaseResult, ReportInputError, Run
+from reports.model import CaseResult, NODE_CASE, ReportInputError, Run
 
 import nested_run
 from nested_run import pytest_run

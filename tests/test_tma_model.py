@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from fixtures.tensormap import geometry as geo
-from fixtures.tma_box import tiled_cases as tma_cases, tiled as tma_model
-from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for, short
-from fixtures.tma_box.tiled import (POISON, box_counts, cute_swizzle, load, rule_violations,
-                                    smem_bytes, swizzle_offset, trap_reason)
+from fixtures.tensormap.enums import DataType, dtypes_for, Interleave, OobFill, short, Swizzle
 from fixtures.tensormap.params import TiledBox
+from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
+from fixtures.tma_box.tiled import (box_counts, cute_swizzle, load, POISON, rule_violations,
+                                    smem_bytes, swizzle_offset, trap_reason)
 
 F32, U8, F16 = DataType.FLOAT32, DataType.UINT8, DataType.FLOAT16
 NONE_IL, ZERO, NAN = Interleave.NONE, OobFill.NONE, OobFill.NAN_REQUEST_ZERO_FMA

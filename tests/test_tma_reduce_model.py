@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fixtures.tensormap.enums import DTYPES, DataType as D
+from fixtures.tensormap.enums import DataType as D, DTYPES
 from fixtures.tma_store import reduce_model as m
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import fixtures.tma_store as ts
 from fixtures.engine import pool
-from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle, dtypes_for
+from fixtures.tensormap.enums import DataType, dtypes_for, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledBox
 from fixtures.tma_box import tiled as load_model, tiled_cases
 from fixtures.tma_store import cases as sc

@@ -16,12 +16,12 @@ import fixtures.tma_store as ts
 from fixtures.cuda_layer import build, status as st
 from fixtures.engine import Run
 from fixtures.engine.pool import GLOBAL_GUARD
-from fixtures.tma_box import im2col as im, tiled as tm
-from fixtures.tma_store.checks import expected_load
-from fixtures.tensormap.enums import DTYPES
-from fixtures.plugins.known_issues.matching import load
+from fixtures.plugins.known_issues.entries import load
 from fixtures.rules.registry import RuleFailure
+from fixtures.tensormap.enums import DTYPES
+from fixtures.tma_box import im2col as im, tiled as tm
 from fixtures.tma_store import reduce_cases as rc, reduce_model as rm
+from fixtures.tma_store.checks import expected_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
