@@ -24,10 +24,10 @@ import pytest
 import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st, trap_lane
+from fixtures.rules.registry import check, fail, fail_all
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledBox
-from fixtures.rules.registry import check, fail, fail_all
-from fixtures.tma_box import tiled, tiled_cases
+from fixtures.tma_box import tiled, tiled_cases, tiled_validity
 
 
 def data_cases(level):
@@ -128,7 +128,7 @@ def test_tma_load_trap(trap_case, gpu, kernels):
     """An unaligned inner coordinate (measured on the H200) must trap with
     CUDA_ERROR_ILLEGAL_INSTRUCTION; it runs alone in a child process."""
     engine.expect_trap(trap_case, tl.TILED, gpu, kernels, rule="tma-load.trap",
-                       reason=tiled.trap_reason(trap_case.load))
+                       reason=tiled_validity.trap_reason(trap_case.load))
 
 
 @pytest.mark.rule("tma-load.memory-kind")
@@ -155,7 +155,7 @@ def test_tma_load_memory_kind(memory_case, gpu, kernels):
 @engine.runs_alone(tl.TILED, "misplaced_case")
 def test_tma_load_smem_misaligned(misplaced_case, gpu, kernels):
     """A load whose shared-memory destination is 16..112 bytes past a 128-byte boundary,
-    which the Programming Guide forbids (tiled.SMEM_ALIGN_QUOTE), must trap with
+    which the Programming Guide forbids (tiled_validity.SMEM_ALIGN_QUOTE), must trap with
     CUDA_ERROR_MISALIGNED_ADDRESS (measured); it runs alone in a child process."""
     engine.expect_misaligned_trap(misplaced_case, tl.TILED, gpu, kernels, rule="tma-load.smem-misaligned",
                                   smem_offset=misplaced_case.load.smem_offset)

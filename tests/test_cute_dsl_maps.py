@@ -18,7 +18,7 @@ from fixtures.library_maps import cute_dsl
 from fixtures.plugins.reporting.case_rules import measured_of_item
 from fixtures.tensormap import map_layout as ml
 from fixtures.tensormap.enums import DataType, L2Promotion, short, Swizzle
-from fixtures.tma_box import tiled
+from fixtures.tma_box import tiled, tiled_validity
 
 ATOM_TYPE = ('!cute_nvgpu.atom.non_exec_tiled_tma_load<sm_90, f16, copy_bits = 8192, '
              'tma_gbasis = <"(64,8):(1@0,1@1)">, tma_format = F16_RN>')
@@ -48,7 +48,7 @@ def test_the_cases_of_a_level():
         assert {c.load.dtype for c in atoms} == set(cute_dsl.ATOM_DTYPES)
         for c in atoms:    # the swizzle's span innermost (16 bytes without one)
             assert c.load.box_dim[0] * c.load.esize == cute_dsl.SPAN[c.load.swizzle]
-            assert tiled.rule_violations(c.load) == [], c.id
+            assert tiled_validity.rule_violations(c.load) == [], c.id
     # with Mosaic's, over 1,000 standard test cases (an atom case is a map and a load)
     cs = lm.cute_cases("standard")
     assert len(cs) + sum(c.path == "atom" for c in cs) + len(lm.mosaic_cases("standard")) >= 1000

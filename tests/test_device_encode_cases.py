@@ -103,14 +103,14 @@ def test_loads_stay_inside_the_pool(cases):
 
 
 def test_targets_are_valid_for_the_model(cases):
-    from fixtures.tma_box import tiled as tma_model
+    from fixtures.tma_box import tiled_validity
     f, w = cases
     for c in f + w:
         if c.min_sm > 90:
             continue
-        assert not tma_model.rule_violations(dm.to_tiled_load(c.target, (0,) * c.target.rank)), c.id
+        assert not tiled_validity.rule_violations(dm.to_tiled_load(c.target, (0,) * c.target.rank)), c.id
         for co in c.loads:
-            assert tma_model.trap_reason(dm.to_tiled_load(c.target, co)) is None, c.id
+            assert tiled_validity.trap_reason(dm.to_tiled_load(c.target, co)) is None, c.id
 
 
 def test_field_codes_match_kernel():

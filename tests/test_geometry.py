@@ -13,7 +13,7 @@ from fixtures.tensormap import enums, geometry as geo, map_layout as ml
 from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, Swizzle
 from fixtures.tensormap.ids import num, stable_hash
 from fixtures.tensormap.params import encode_params, TiledBox, TiledMap, TiledParams
-from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
+from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases, tiled_validity
 from seeds import seed
 
 D = DataType
@@ -118,8 +118,8 @@ def test_zero_stride_is_one_answer():
     assert R.evaluate(p).accept
     load = TiledBox(D.FLOAT32, 2, (64, 4), (0,), (32, 4), (1, 1), Interleave.NONE,
                      Swizzle.NONE, OobFill.NONE, (0, 0))
-    assert tma_model.rule_violations(load) == []
-    assert tma_model.rule_violations(dataclasses.replace(load, global_strides=(8,)))
+    assert tiled_validity.rule_violations(load) == []
+    assert tiled_validity.rule_violations(dataclasses.replace(load, global_strides=(8,)))
 
 
 def test_alignment_helpers():

@@ -15,7 +15,7 @@ import fixtures.tma_load as tl
 from fixtures.engine import Batches
 from fixtures.engine.units import bucket
 from fixtures.tensormap.enums import Interleave
-from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
+from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases, tiled_validity
 
 from reports.model import NODE_CASE
 
@@ -41,7 +41,7 @@ def in_bucket(case, load, tag: str):
         cid = f"{case.id}-{tag}{k}"
         if bucket(cid) == bucket(case.id):
             return replace(case, id=cid, load=load,
-                           expect="trap" if tma_model.trap_reason(load) else "data")
+                           expect="trap" if tiled_validity.trap_reason(load) else "data")
     raise AssertionError("no id in the bucket")
 
 

@@ -13,7 +13,8 @@ from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType as DT, Interleave, OobFill, short, Swizzle
 from fixtures.tensormap.params import Im2colBox
 from fixtures.tma_box import im2col as im, im2col_cases as ic
-from fixtures.tma_box.tiled import NAN_FILL, POISON
+from fixtures.tma_box.element_values import NAN_FILL
+from fixtures.tma_box.smem_image import POISON
 from reports import axes
 
 

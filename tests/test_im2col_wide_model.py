@@ -11,7 +11,8 @@ import pytest
 import fixtures.host_encode as he
 from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType, Im2colWideMode, OobFill, short, Swizzle
-from fixtures.tma_box.tiled import NAN_FILL, POISON
+from fixtures.tma_box.element_values import NAN_FILL
+from fixtures.tma_box.smem_image import POISON
 from fixtures.tma_load import im2col_wide_cases as wc, im2col_wide_model as wm
 
 W, W128 = Im2colWideMode.W, Im2colWideMode.W128

@@ -5,7 +5,7 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures.engine.device_maps import template_for
-from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
+from fixtures.tma_box import im2col, im2col_cases, smem_image, tiled, tiled_cases
 
 mc = tl.multicast
 LEVELS = ("smoke", "standard", "full")
@@ -88,7 +88,7 @@ def test_expected_images():
     c = next(c for c in mc.generate("standard") if c.src not in c.destinations)
     inside = mc.expected(c, c.destinations[0])
     assert inside == tiled.load(c.load, mc.global_bytes(c), 0).data
-    assert mc.expected(c, c.src) == bytes([tiled.POISON]) * tiled.copy_bytes(c.load)
+    assert mc.expected(c, c.src) == bytes([smem_image.POISON]) * tiled.copy_bytes(c.load)
     assert inside != mc.expected(c, c.src)       # the check tells a delivered box from poison
     # the data are the tiled case's own
     load = {t.id: t for t in tiled_cases.generate("standard")}[c.data_id]
@@ -106,7 +106,7 @@ def test_expected_im2col_images():
     want = im2col.load(c.load, mc.global_bytes(c)).data
     assert mc.expected(c, c.destinations[0]) == want
     outside = next(r for r in range(c.cluster) if not c.receives(r))
-    assert mc.expected(c, outside) == bytes([tiled.POISON]) * im2col.copy_bytes(c.load)
+    assert mc.expected(c, outside) == bytes([smem_image.POISON]) * im2col.copy_bytes(c.load)
     assert c.tx_bytes == im2col.tx_bytes(c.load)
 
 

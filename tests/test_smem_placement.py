@@ -12,7 +12,7 @@ import fixtures.tma_load as tl
 import fixtures.tma_store as ts
 from fixtures.rules.registry import get, measured
 from fixtures.tensormap.enums import Swizzle
-from fixtures.tma_box import im2col, im2col_cases, tiled, tiled_cases
+from fixtures.tma_box import im2col, im2col_cases, smem_image, tiled, tiled_cases, tiled_validity
 from fixtures.tma_store import reduce_cases
 
 
@@ -44,11 +44,11 @@ def test_off_128_bytes_is_a_measured_trap_and_a_multiple_a_box_swizzled_by_addre
     cases = tiled_cases.placement_cases("full")
     trap = next(c for c in cases if c.expect == "trap" and c.load.swizzle == Swizzle.B128)
     want = tiled.load(trap.load, tiled_cases.global_bytes(trap), 0)
-    assert (want.kind, want.error) == ("trap", tiled.MISALIGNED_ERROR)
-    assert tiled.SMEM_ALIGN_QUOTE in want.reason
+    assert (want.kind, want.error) == ("trap", tiled_validity.MISALIGNED_ERROR)
+    assert tiled_validity.SMEM_ALIGN_QUOTE in want.reason
     for rule in ("tma-load.smem-misaligned", "tma-store.smem-misaligned"):
         r = get(rule)
-        assert measured(rule) and r.evidence and tiled.SMEM_ALIGN_QUOTE in r.reading
+        assert measured(rule) and r.evidence and tiled_validity.SMEM_ALIGN_QUOTE in r.reading
     ok = next(c for c in cases if c.expect == "data" and c.load.swizzle == Swizzle.B128
               and c.load.smem_offset == 384)
     got = tiled.load(ok.load, tiled_cases.global_bytes(ok), 0)
@@ -56,7 +56,7 @@ def test_off_128_bytes_is_a_measured_trap_and_a_multiple_a_box_swizzled_by_addre
     # PTX ISA 5.5.7: the pattern follows the address: chunk bits [4,7) ^ row bits [7,10)
     idx = np.arange(flat.size) + 384
     phys = (idx ^ (((idx >> 7) & 7) << 4)) - 384
-    image = np.full(tiled.copy_bytes(ok.load), tiled.POISON, dtype=np.uint8)
+    image = np.full(tiled.copy_bytes(ok.load), smem_image.POISON, dtype=np.uint8)
     image[phys] = flat.reshape(-1)
     assert got.kind == "data" and got.data == image.tobytes()
 
@@ -114,7 +114,7 @@ def test_every_operation_has_its_placements(level):
 def test_an_im2col_load_off_128_bytes_is_a_trap():
     c = next(c for c in im2col_cases.placement_cases("standard") if c.expect == "trap")
     want = im2col.load(c.load, im2col_cases.global_bytes(c), 0)
-    assert (want.kind, want.error) == ("trap", tiled.MISALIGNED_ERROR)
+    assert (want.kind, want.error) == ("trap", tiled_validity.MISALIGNED_ERROR)
 
 
 def test_a_misplaced_source_lays_its_bytes_inside_the_source():
@@ -140,7 +140,7 @@ def test_a_harness_exception_in_the_trap_child_is_the_harness_s(monkeypatch):
     c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
     with pytest.raises(HarnessError, match="IndexError"):
         trap_check.expect_trap(c, tl.TILED, None, None, rule="tma-load.smem-misaligned",
-                          reason="r", error=tiled.MISALIGNED_ERROR)
+                          reason="r", error=tiled_validity.MISALIGNED_ERROR)
 
 
 def test_a_misplaced_case_passes_only_on_the_misaligned_address_error(monkeypatch):
@@ -150,8 +150,8 @@ def test_a_misplaced_case_passes_only_on_the_misaligned_address_error(monkeypatc
     from fixtures.engine import trap_check
     from fixtures.rules.registry import RuleFailure
     c = next(c for c in tiled_cases.placement_cases("standard") if c.expect == "trap")
-    for out, ok in ((Outcome("cuda_error", error=tiled.MISALIGNED_ERROR), True),
-                    (Outcome("cuda_error", error=tiled.TRAP_ERROR), False),
+    for out, ok in ((Outcome("cuda_error", error=tiled_validity.MISALIGNED_ERROR), True),
+                    (Outcome("cuda_error", error=tiled_validity.TRAP_ERROR), False),
                     (Outcome("returned", value={}), False)):
         monkeypatch.setattr(trap_check, "run_alone", lambda *a, _o=out, **k: _o)
         if ok:

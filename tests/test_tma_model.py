@@ -11,9 +11,11 @@ import pytest
 from fixtures.tensormap import geometry as geo
 from fixtures.tensormap.enums import DataType, dtypes_for, Interleave, OobFill, short, Swizzle
 from fixtures.tensormap.params import TiledBox
-from fixtures.tma_box import tiled as tma_model, tiled_cases as tma_cases
-from fixtures.tma_box.tiled import (box_counts, cute_swizzle, load, POISON, rule_violations,
-                                    smem_bytes, swizzle_offset, trap_reason)
+from fixtures.tma_box import (element_values, smem_image, tiled as tma_model,
+                              tiled_cases as tma_cases)
+from fixtures.tma_box.smem_image import cute_swizzle, POISON, swizzle_offset
+from fixtures.tma_box.tiled import box_counts, load, smem_bytes
+from fixtures.tma_box.tiled_validity import rule_violations, trap_reason
 
 F32, U8, F16 = DataType.FLOAT32, DataType.UINT8, DataType.FLOAT16
 NONE_IL, ZERO, NAN = Interleave.NONE, OobFill.NONE, OobFill.NAN_REQUEST_ZERO_FMA
@@ -87,7 +89,7 @@ def test_swizzle_permutes_each_128_byte_line(swz):
     assert np.array_equal(s // 128, o // 128)
     assert np.array_equal(s % 16, o % 16)
     assert np.array_equal(swizzle_offset(swz, s), o)
-    repeat = tma_model.SWIZZLE_REPEAT[swz]
+    repeat = smem_image.SWIZZLE_REPEAT[swz]
     assert np.array_equal(s[repeat:2 * repeat] - repeat, s[:repeat])
     assert not np.array_equal(s[:repeat], o[:repeat])
 
@@ -180,7 +182,7 @@ def test_fully_outside_nan_fill():
     host = np.ones((4, 16), dtype=np.float32)
     p = f32_2d((16, 4), (8, 4), (64, 0), fill=NAN)
     got, r = box_of(p, host, 4, 8, dtype=np.uint32)
-    assert (got == tma_model.NAN_FILL[F32]).all()
+    assert (got == element_values.NAN_FILL[F32]).all()
     assert np.isnan(got.view(np.float32)).all()
     assert r.oob_elements == 32
 
@@ -197,12 +199,12 @@ def test_unwritten_bytes_keep_the_poison():
     host = np.ones((4, 8), dtype=np.float32)
     p = f32_2d((8, 4), (8, 4), (0, 0))
     r = load(p, tensor_bytes(host))
-    assert len(r.data) == smem_bytes(p) + tma_model.SMEM_GUARD
+    assert len(r.data) == smem_bytes(p) + smem_image.SMEM_GUARD
     assert set(r.data[smem_bytes(p):]) == {POISON}
 
 
 def test_nan_fill_patterns_are_nans():
-    for dt, pat in tma_model.NAN_FILL.items():
+    for dt, pat in element_values.NAN_FILL.items():
         size = tma_model.elem_size(dt)
         v = np.array([pat], dtype={2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
         if dt == DataType.BFLOAT16:
@@ -323,18 +325,18 @@ def test_tf32_load_rounding(src, want):
     """BIT_ALTERING_EVIDENCE (H200): TF32 loads round to nearest even on bit 13,
     NaN -> 0x7fffe000, subnormals rounded, for both TF32 types."""
     for dt in (DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
-        got = tma_model.alter_element_bits(dt, np.array([src], dtype=np.uint32))
+        got = element_values.alter_element_bits(dt, np.array([src], dtype=np.uint32))
         assert int(got[0]) == want, f"{short(dt)}: 0x{src:08x} -> 0x{int(got[0]):08x}"
     for dt in (F32, DataType.FLOAT32_FTZ):
-        assert int(tma_model.alter_element_bits(dt, np.array([src], np.uint32))[0]) == src
+        assert int(element_values.alter_element_bits(dt, np.array([src], np.uint32))[0]) == src
 
 
 def test_nan_fill_is_0x7ff7_repeated():
     """NAN_FILL_EVIDENCE (H200): 0x7ff7 repeated over the element."""
-    for dt, pat in tma_model.NAN_FILL.items():
+    for dt, pat in element_values.NAN_FILL.items():
         size = tma_model.elem_size(dt)
-        assert tma_model.fill_pattern(dt, NAN) == bytes.fromhex("f77f") * (size // 2)
-    assert tma_model.fill_pattern(DataType.INT32, ZERO) == bytes(4)
+        assert element_values.fill_pattern(dt, NAN) == bytes.fromhex("f77f") * (size // 2)
+    assert element_values.fill_pattern(DataType.INT32, ZERO) == bytes(4)
 
 
 def test_swizzled_narrow_rows_start_on_span_boundaries():

@@ -15,7 +15,7 @@ import fixtures.tma_store as ts
 from fixtures.engine import pool
 from fixtures.tensormap.enums import DataType, dtypes_for, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledBox
-from fixtures.tma_box import tiled as load_model, tiled_cases
+from fixtures.tma_box import element_values, smem_image, tiled as load_model, tiled_cases
 from fixtures.tma_store import cases as sc
 from reports import axes
 
@@ -156,10 +156,10 @@ def _round_trip(case):
     k = np.arange(unit)
     lb = (logical[inb][:, None] + k).reshape(-1)
     phys = lb if p.swizzle == Swizzle.NONE else (
-        load_model.swizzle_offset(p.swizzle, lb + p.smem_offset) - p.smem_offset)
+        smem_image.swizzle_offset(p.swizzle, lb + p.smem_offset) - p.smem_offset)
     src = smem[phys]
-    if p.dtype in load_model.BIT_ALTERING:
-        src = load_model.alter_element_bits(p.dtype, src.copy().view(np.uint32)).view(np.uint8)
+    if p.dtype in element_values.BIT_ALTERING:
+        src = element_values.alter_element_bits(p.dtype, src.copy().view(np.uint32)).view(np.uint8)
     assert np.array_equal(image[phys], src), case.id
     return int(mask.sum())
 

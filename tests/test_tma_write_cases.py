@@ -19,7 +19,7 @@ from fixtures.engine.pool import GLOBAL_GUARD
 from fixtures.plugins.known_issues.entries import load
 from fixtures.rules.registry import RuleFailure
 from fixtures.tensormap.enums import DTYPES
-from fixtures.tma_box import im2col as im, tiled as tm
+from fixtures.tma_box import element_values, im2col as im
 from fixtures.tma_store import reduce_cases as rc, reduce_model as rm
 from fixtures.tma_store.checks import expected_load
 
@@ -238,7 +238,7 @@ def test_the_im2col_write_model_is_the_load_run_backwards():
         untouched[written] = False
         assert np.array_equal(after[untouched], tensor[untouched]), c.id
         assert np.array_equal(after[written], smem[(sbyte[:, None] + k).reshape(-1)]), c.id
-        if p.dtype in tm.BIT_ALTERING:
+        if p.dtype in element_values.BIT_ALTERING:
             continue
         image = np.frombuffer(im.load(p, after, 0).data, dtype=np.uint8)
         idx = (sbyte[:, None] + k).reshape(-1)
