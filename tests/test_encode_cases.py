@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fixtures.host_encode import bases as eb, cases as ec, rules as R
+from fixtures.host_encode import bases as eb, cases as ec, rule_model, rules_im2col
 from fixtures.tensormap import params as P
 from fixtures.tensormap.enums import (DataType, Im2colWideMode, Interleave, L2Promotion, OobFill,
                                       Swizzle)
@@ -47,7 +47,7 @@ def test_every_rule_has_inside_and_outside_cases(level):
     by_rule = collections.defaultdict(set)
     for c in ec.cases(level):
         by_rule[c.rule].add("in" if c.side == "in" else "out")
-    missing = {r.id: {"in", "out"} - by_rule[r.id] for r in R.RULES if by_rule[r.id] != {"in", "out"}}
+    missing = {r.id: {"in", "out"} - by_rule[r.id] for r in rule_model.RULES if by_rule[r.id] != {"in", "out"}}
     assert not missing, missing
 
 
@@ -56,7 +56,7 @@ def test_sides_agree_with_the_model(level):
     """An 'in' case satisfies its rule, an 'out'/'far' case breaks it (at its cc)."""
     bad = []
     for c in ec.cases(level):
-        sat = R.RULES_BY_ID[c.rule].satisfied(c.params, c.side_cc)
+        sat = rules_im2col.RULES_BY_ID[c.rule].satisfied(c.params, c.side_cc)
         if sat != (c.side == "in"):
             bad.append(c.id)
     assert not bad, bad[:10]
@@ -67,9 +67,9 @@ def test_inside_cases_are_valid_when_the_base_is():
     inside its range on a valid base), so 'out' answers are about that rule."""
     bad = []
     for c in ec.cases("standard"):
-        if c.side == "in" and not R.RULES_BY_ID[c.rule].arch and c.rule not in (
+        if c.side == "in" and not rules_im2col.RULES_BY_ID[c.rule].arch and c.rule not in (
                 "dtype.enum", "swizzle.enum"):
-            v = R.evaluate(c.params, (10, 0))
+            v = rule_model.evaluate(c.params, (10, 0))
             if not v.accept:
                 bad.append((c.id, v.ids))
     assert not bad, bad[:10]
@@ -79,9 +79,9 @@ def test_outside_cases_mostly_break_only_their_rule():
     """Just-outside cases should isolate their rule: most break nothing else."""
     n = alone = 0
     for c in ec.cases("standard"):
-        if c.side == "out" and not R.RULES_BY_ID[c.rule].arch:
+        if c.side == "out" and not rules_im2col.RULES_BY_ID[c.rule].arch:
             n += 1
-            ids = R.evaluate(c.params, (10, 0)).ids
+            ids = rule_model.evaluate(c.params, (10, 0)).ids
             assert c.rule in ids, c.id
             alone += ids == [c.rule]
     assert alone / n > 0.8, f"only {alone} of {n} just-outside cases break their rule alone"
@@ -92,7 +92,7 @@ def test_bases_are_valid():
         pool = eb.base_pool(kind)
         assert pool
         for p in pool:
-            v = R.evaluate(p, (10, 0))
+            v = rule_model.evaluate(p, (10, 0))
             assert v.accept, (eb.base_id(p), v.ids)
 
 
@@ -123,7 +123,7 @@ def test_hopper_tiled_bases_span_everything():
     seen = collections.defaultdict(set)
     for c in ec.cases("standard"):
         p = c.params
-        if isinstance(p, P.TiledParams) and R.evaluate(p, (9, 0)).accept:
+        if isinstance(p, P.TiledParams) and rule_model.evaluate(p, (9, 0)).accept:
             for f in ("dtype", "rank", "interleave", "swizzle", "l2_promotion", "oob_fill"):
                 seen[f].add(getattr(p, f))
     assert len(seen["dtype"]) == 13 and len(seen["swizzle"]) == 4
@@ -141,7 +141,7 @@ def test_valid_combinations_on_hopper():
     combos = eb.valid_tiled_combinations(90)
     assert {p.dtype for p in combos} == set(range(13))
     for p in combos:
-        assert R.evaluate(p, (9, 0)).accept, eb.base_id(p)
+        assert rule_model.evaluate(p, (9, 0)).accept, eb.base_id(p)
     ids = [eb.base_id(p) for p in combos]
     assert len(ids) == len(set(ids))
     # 13 dtypes x 5 ranks; rank >= 3 adds 16B (4 swizzles) and 32B (swizzle 32B) interleave

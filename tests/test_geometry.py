@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from fixtures.host_encode import rules as R
+from fixtures.host_encode import rule_model
 from fixtures.tensormap import enums, geometry as geo, map_layout as ml
 from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, Swizzle
 from fixtures.tensormap.ids import num, stable_hash
@@ -29,7 +29,7 @@ def test_element_size_one_answer_per_type():
         assert enums.elem_bytes(d) == want, d.name
         assert enums.ELEM_BYTES[d] == want
         assert DTYPES[d].size == want, d.name          # enums' size is geometry's
-        assert R.elem_bytes(d) == want                  # so is the rules model's
+        assert rule_model.elem_bytes(d) == want                  # so is the rules model's
         if DTYPES[d].is_packed:
             with pytest.raises(ValueError, match="packed types are not modelled"):
                 tma_model.elem_size(d)
@@ -60,7 +60,7 @@ def test_swizzle_span_one_table():
     assert geo.SWIZZLE_SPAN == {Swizzle.NONE: None, Swizzle.B32: 32, Swizzle.B64: 64,
                                 Swizzle.B128: 128, Swizzle.B128_ATOM_32B: 128,
                                 Swizzle.B128_ATOM_32B_FLIP_8B: 128, Swizzle.B128_ATOM_64B: 128}
-    assert R.span is geo.span
+    assert rule_model.span is geo.span
     assert [geo.span(s) for s in range(8)] == [None, 32, 64, 128, 128, 128, 128, None]
     text = " ".join(seed("004").split())
     for n in (32, 64):
@@ -82,7 +82,7 @@ def test_dense_strides():
     assert geo.extend_strides(D.UINT8, (64, 4, 4), (2048,)) == (2048, 8192)
     assert geo.extend_strides(D.UINT8, (64, 4), (96, 384)) == (96,)
     # the names device_encode and the rules model use are geometry's
-    assert R.dense_strides is geo.dense_strides
+    assert rule_model.dense_strides is geo.dense_strides
     for v in geo.dense_strides(D.FLOAT16, (100, 3, 4)):
         assert isinstance(v, int)
 
@@ -115,7 +115,7 @@ def test_zero_stride_is_one_answer():
     assert not geo.stride_ok(8) and not geo.stride_ok(1 << 40) and not geo.stride_ok(-16)
     p = TiledParams(dtype=7, rank=2, global_dim=(64, 4), global_strides=(0,), box_dim=(32, 4),
                     element_strides=(1, 1))
-    assert R.evaluate(p).accept
+    assert rule_model.evaluate(p).accept
     load = TiledBox(D.FLOAT32, 2, (64, 4), (0,), (32, 4), (1, 1), Interleave.NONE,
                      Swizzle.NONE, OobFill.NONE, (0, 0))
     assert tiled_validity.rule_violations(load) == []

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fixtures.host_encode import rules as R
+from fixtures.host_encode import rule_model, rules as R, rules_im2col
 from fixtures.tensormap import params as P
 from fixtures.tensormap.enums import DataType, Interleave, Swizzle
 from seeds import seed
@@ -54,12 +54,12 @@ def _pieces(sentence: str) -> list[str]:
 
 def test_bases_are_valid():
     for p in (_tiled(), _im2col()):
-        assert R.evaluate(p, (9, 0)).accept, R.evaluate(p, (9, 0)).explain()
-    assert R.evaluate(_wide(), (10, 0)).accept, R.evaluate(_wide(), (10, 0)).explain()
-    assert R.evaluate(_wide(), (9, 0)).ids == ["im2col_wide.arch_cc100"]
+        assert rule_model.evaluate(p, (9, 0)).accept, rule_model.evaluate(p, (9, 0)).explain()
+    assert rule_model.evaluate(_wide(), (10, 0)).accept, rule_model.evaluate(_wide(), (10, 0)).explain()
+    assert rule_model.evaluate(_wide(), (9, 0)).ids == ["im2col_wide.arch_cc100"]
 
 
-@pytest.mark.parametrize("rule", [r for r in R.RULES if r.source == "004"], ids=lambda r: r.id)
+@pytest.mark.parametrize("rule", [r for r in rule_model.RULES if r.source == "004"], ids=lambda r: r.id)
 def test_sentence_is_quoted_from_seed_004(rule):
     text = _seed_text()
     # Sentences may be joined across list items; each piece must be in the seed.
@@ -68,7 +68,7 @@ def test_sentence_is_quoted_from_seed_004(rule):
 
 
 def test_rule_ids_unique_and_dotted():
-    ids = [r.id for r in R.RULES]
+    ids = [r.id for r in rule_model.RULES]
     assert len(ids) == len(set(ids))
     for i in ids:
         assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)+", i), i
@@ -198,7 +198,7 @@ def _bid(b):
 @pytest.mark.parametrize("b", BOUNDARIES, ids=_bid)
 def test_boundary_both_sides(b):
     rid, inside, outside, cc = b
-    rule = R.RULES_BY_ID[rid]
+    rule = rules_im2col.RULES_BY_ID[rid]
     if cc is None:   # architecture rules: the same map on both sides of the cc boundary
         lo = (8, 0) if rid == "arch.tensor_map_cc90" else (9, 0)
         hi = (9, 0) if rid == "arch.tensor_map_cc90" else (10, 0)
@@ -206,49 +206,49 @@ def test_boundary_both_sides(b):
         return
     assert rule.satisfied(inside, cc), f"{rid}: inside case reported as violated"
     assert not rule.satisfied(outside, cc), f"{rid}: outside case reported as satisfied"
-    assert rid not in R.evaluate(inside, cc).ids
-    v = R.evaluate(outside, cc)
+    assert rid not in rule_model.evaluate(inside, cc).ids
+    v = rule_model.evaluate(outside, cc)
     assert not v.accept and rid in v.ids, v.explain()
 
 
 def test_every_rule_has_a_boundary_test():
-    assert {b[0] for b in BOUNDARIES} == set(R.RULES_BY_ID)
+    assert {b[0] for b in BOUNDARIES} == set(rules_im2col.RULES_BY_ID)
 
 
 def test_verdict_lists_every_broken_rule():
     p = _tiled(map_offset=1, address_offset=8, box_dim=(300, 8, 2), oob_fill=1, dtype=0)
-    ids = set(R.evaluate(p, (9, 0)).ids)
+    ids = set(rule_model.evaluate(p, (9, 0)).ids)
     assert {"map.align64", "address.align16", "box_dim.range", "fill.nan_float_only"} <= ids
 
 
 def test_invalid_enum_does_not_crash_size_rules():
-    v = R.evaluate(_tiled(dtype=1000, swizzle=1000), (9, 0))
+    v = rule_model.evaluate(_tiled(dtype=1000, swizzle=1000), (9, 0))
     assert set(v.ids) == {"dtype.enum", "swizzle.enum"}
 
 
 def test_replace_rejects_when_base_invalid():
-    v = R.evaluate(P.ReplaceParams(base=_tiled(box_dim=(64, 8, 0)), new_address_offset=16))
+    v = rule_model.evaluate(P.ReplaceParams(base=_tiled(box_dim=(64, 8, 0)), new_address_offset=16))
     assert not v.accept and not v.violated and v.base_violated
 
 
 def test_null_address_reading():
-    assert R.evaluate(_tiled(address_offset=None)).accept
+    assert rule_model.evaluate(_tiled(address_offset=None)).accept
 
 
 def test_element_size_of_packed_types():
-    assert R.elem_bytes(DataType.U4X16_ALIGN8B) == 0.5
-    assert R.elem_bytes(DataType.U4X16_ALIGN16B) == 1.0
-    assert R.elem_bytes(DataType.U6X16_ALIGN16B) == 1.0
-    assert R.elem_bytes(DataType.FLOAT64) == 8
+    assert rule_model.elem_bytes(DataType.U4X16_ALIGN8B) == 0.5
+    assert rule_model.elem_bytes(DataType.U4X16_ALIGN16B) == 1.0
+    assert rule_model.elem_bytes(DataType.U6X16_ALIGN16B) == 1.0
+    assert rule_model.elem_bytes(DataType.FLOAT64) == 8
 
 
 def test_dense_strides():
-    assert R.dense_strides(DataType.FLOAT16, (100, 3, 5)) == (208, 624)
-    assert R.dense_strides(DataType.UINT8, (8, 4), align=32) == (32,)
-    assert R.dense_strides(DataType.UINT8, (8,)) == ()
+    assert rule_model.dense_strides(DataType.FLOAT16, (100, 3, 5)) == (208, 624)
+    assert rule_model.dense_strides(DataType.UINT8, (8, 4), align=32) == (32,)
+    assert rule_model.dense_strides(DataType.UINT8, (8,)) == ()
 
 
 def test_ambiguous_rules_say_so():
     for rid in ("global_strides.includes_previous", "element_strides.range",
                 "im2col.box_nonzero_area", "dtype.packed_arch", "swizzle.atom_arch"):
-        assert R.RULES_BY_ID[rid].reading, rid
+        assert rules_im2col.RULES_BY_ID[rid].reading, rid
