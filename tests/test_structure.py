@@ -216,9 +216,9 @@ def test_every_name_is_imported_from_its_own_module():
 def test_the_worked_example_is_true_to_the_code():
     """fixtures/CONVENTIONS.md's path of one case: its case exists, with the rule its
     failure message prints; every file it names exists and defines the function or class
-    named beside it; the child's target it names resolves; and where it says the case's
-    data is built (``call_isolated``, in the worker, before the child is called) the code
-    builds it. (It gave a straddling store the rule tma-store.model, which the code gives
+    named beside it; the child's entry it names is the function reference the code passes;
+    and where it says the case's data is built (``call_isolated``, in the worker, before
+    the child is called) the code builds it. (It gave a straddling store the rule tma-store.model, which the code gives
     tma-store.out-of-bounds, and said the child built the data.)"""
     import fnmatch
     from fixtures.tma_store import cases as store_cases
@@ -237,12 +237,13 @@ def test_the_worked_example_is_true_to_the_code():
     for path, func in pairs:
         src = (ROOT / path).read_text()
         assert re.search(rf"^(def|class) {func}\b|^{func}\(|^{func} = ", src, re.M), (path, func)
-    target = re.search(r'run_isolated\("([\w.]+): (\w+)"', flat)
-    assert f"def {target.group(2)}(" in (ROOT / (target.group(1).replace(".", "/") + ".py")).read_text()
+    target = re.search(r"run_isolated\((\w+), WRITES", flat).group(1)
     tree = ast.parse((FIXTURES / "engine" / "batches.py").read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call_isolated")
-    lines = {ast.unparse(n.func): n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call)}
-    assert "call_isolated" in flat and lines["op.tensor"] < lines["run_isolated"]
+    calls = {ast.unparse(n.func): n for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    assert "call_isolated" in flat and calls["op.tensor"].lineno < calls["run_isolated"].lineno
+    assert ast.unparse(calls["run_isolated"].args[0]) == target, "the child's entry, a function"
+    assert any(isinstance(n, ast.FunctionDef) and n.name == target for n in tree.body)
 
 
 _MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem",
