@@ -9,10 +9,10 @@ from fixtures.cuda_layer.paths import keep_bytecode
 # cache off, this process, the workers and their children keep it in the harness's own.
 keep_bytecode()
 
-# The plugin modules import each other at their top (fixtures.plugins.run_control.harness
-# imports the reporting plugins and the trap marks): the whole package is marked for
-# assertion rewriting before the first of them (or the package) is imported, as pytest
-# marks each entry below only just before importing it.
+# The plugin modules import each other at their top (fixtures.plugins.run_control.options
+# imports the trap marks and the lane's control, the controller the reporting plugins):
+# the whole package is marked for assertion rewriting before the first of them (or the
+# package) is imported, as pytest marks each entry below only just before importing it.
 pytest.register_assert_rewrite("fixtures.plugins")
 from fixtures.plugins import PLUGINS  # noqa: E402  (after the line above)
 
