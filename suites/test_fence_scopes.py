@@ -147,6 +147,7 @@ def _report_outcome(request, out, report_only=True):
     report-only run fails only where the harness broke (neither a CUDA error nor a
     timeout); the caller of one that is not report-only checks the None itself."""
     request.node.user_properties.append(("outcome", out.kind))
+    out.raise_if_harness("the scenario's isolated run")
     if out.kind == "returned":
         _report(request, out.value)
         print("  " + " ".join(f"{k}={v}" for k, v in sorted(out.value.extra.items())))
@@ -159,7 +160,7 @@ def _report_outcome(request, out, report_only=True):
     print(f"outcome: {out}")
     if report_only:
         check(out.kind in ("cuda_error", "timeout"), "run.isolated-child", request.node.callspec.id,
-              f"the report-only run broke in the harness: {out}\n{out.detail}")
+              f"the report-only run broke: {out}\n{out.detail}")
     return None
 
 

@@ -404,6 +404,7 @@ def test_triton_device_map_reused(variant, gpu, request):
     cid = f"{variant}-p{REUSE_PROGRAMS}-i{iters}"
     out = run_isolated(REUSE_TARGET, gpu.sm, gpu.ordinal, variant, REUSE_PROGRAMS, iters,
                        device=gpu.ordinal, timeout=240)   # the batches' child: Triton is loaded there
+    out.raise_if_harness(f"the {variant} run in the isolated child")
     if out.kind != "returned":
         fail("library.triton.device-fence", cid, f"the {variant} run did not complete: "
              f"{out.kind} {out.error or ''} {out.detail[-1500:]}")
@@ -619,6 +620,7 @@ def test_cute_device_map_reused(mode, variant, gpu, request):
     rule = "library.cute.device-fence"
     out = run_isolated(REUSE_CUTE_TARGET, mode, variant == "fenced", REUSE_PROGRAMS, iters,
                        device=gpu.ordinal, timeout=240)
+    out.raise_if_harness(f"the {mode} {variant} run in the isolated child")
     if out.kind != "returned":
         fail(rule, cid, f"the {mode} {variant} run did not complete: {out.kind} "
              f"{out.error or ''} {out.detail[-1500:]}")

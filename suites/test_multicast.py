@@ -124,6 +124,7 @@ def test_cluster_size_runs(size, cluster_support, record_property):
     """cuOccupancyMaxActiveClusters for the multicast kernel: at least one cluster of 2, 4
     and 8 CTAs (the portable size); 16 is non-portable: recorded, skipped when 0."""
     out = cluster_support
+    out.raise_if_harness("the occupancy query in the isolated child")
     check(out.kind == "returned", "cluster.portable-size", f"cl{size}",
           f"the occupancy query did not return: {out}")
     count, why = out.value[size]

@@ -188,6 +188,7 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     kernels.build(engine.device_maps.KERNEL_SOURCE, arch=gpu.arch)  # a build failure: "could not build"
     args = tl.large_dim_args(dict(dtype=dtype, dims=dims, strides=strides, box=box), gpu, kernels.cache_dir)
     out = trap_lane.call_alone(tl.LARGE_DIM_TARGET, *args, device=gpu.ordinal, timeout=120)
+    out.raise_if_harness("the load through a large map in the isolated child")
     rule = "tma-load.global-dim-range"
     check(out.kind == "returned", rule, case_id,
           f"dims {list(dims)}: the load through the host-encoded map failed: "

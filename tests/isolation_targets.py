@@ -85,3 +85,14 @@ class TxOverride:
 
 def environ(name):
     return os.environ.get(name)
+
+
+def cupy_error(under: bool):
+    """A CuPy call that fails with cudaErrorMemoryAllocation, as a full GPU's allocation
+    does: outside the operation under test (the harness's), or inside it (``under``)."""
+    from cupy_backends.cuda.api.runtime import CUDARuntimeError
+    from fixtures.cuda_layer.faults import under_test
+    if under:
+        with under_test("the operation"):
+            raise CUDARuntimeError(2)
+    raise CUDARuntimeError(2)
