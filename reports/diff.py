@@ -19,6 +19,12 @@ error on a GPU where it had not, and is no regression of another class) and
 The harness each run ran with (environment.json's ``harness``: package versions,
 the digest of the harness's sources, the constraints file) is compared too
 (``harness_drift``); ``--strict`` makes a different or unknown harness exit 1.
+The driver (``driver_change``: environment.json's ``driver``, or JUnit's
+``tmac.driver.*``) comes first, in the Markdown and in the JSON (after ``schema``); the
+rest of the environment (``environment``: the flat properties of
+``reports.fingerprint.flatten``, the user's environment variables ``tmac.env.NAME`` among
+them) is listed, grouped, near the end. Neither is a regression: a changed driver or
+variable sets no exit status of its own.
 Exit status: 1 when there is a regression in a class not accepted (``--accept
 CLASS``) or, with ``--strict``, the harnesses differ or are unknown, 0 when nothing
 got worse, 2 on unreadable input or output that cannot be written.
@@ -30,7 +36,7 @@ import re
 from collections import Counter
 
 from . import axes
-from .fingerprint import props_of
+from .fingerprint import ENV_VAR, ENV_VARS, _ver, is_unavailable, props_of, unavailable, variables_recorded
 from .model import (rule_of_message, BAD, CaseResult, FAILED, HARNESS, KNOWN, NOBUILD, PASSED, SKIPPED,
                     STATE_LABELS, STATES, Run, gpu_label, run_gpus)
 from .render import Cell, Document, Section, Table, to_markdown
@@ -70,8 +76,11 @@ AXIS_COUNT_WHAT = {
     "new": "cases only in NEW (the new_cases list, whatever their state)",
     "removed": "cases only in OLD (regressions.vanished)",
 }
-_IGNORED_ENV = {"tmac.run_id", "tmac.command"}
+DRIVER_FIELDS = ("kernel_module_version", "cuda_driver_version")   # environment.json's driver
+_IGNORED_ENV = {"tmac.run_id", "tmac.command",
+                f"{ENV_VAR}CUDA_VISIBLE_DEVICES"}   # shown as tmac.cuda_visible_devices (GPU)
 _ENV_GROUPS = [
+    ("environment variables", re.compile(r"^tmac\.env(\.|$)")),
     ("driver", re.compile(r"^tmac\.driver\.")),
     ("toolkit", re.compile(r"^tmac\.(cuda_runtime|nvrtc|cccl|cuda_headers|nvcc|package)")),
     ("GPU", re.compile(r"^tmac\.(gpu|gpus|gpu_count|peer_access|cuda_visible_devices)")),
@@ -135,7 +144,9 @@ def diff_runs(old: Run, new: Run) -> dict:
     key = (lambda i: i) if both_nodeids else junit_key
     o = {key(k): v for k, v in old.cases.items()}
     n = {key(k): v for k, v in new.cases.items()}
+    po, pn = props_of(old), props_of(new)
     out: dict = {"schema": SCHEMA,
+                 "driver": driver_change(po, pn),
                  "old": {"source": old.source, "node": old.node, "run_id": old.meta.get("run_id") or old.env_props.get("tmac.run_id"),
                          "counts": old.counts()},
                  "new": {"source": new.source, "node": new.node, "run_id": new.meta.get("run_id") or new.env_props.get("tmac.run_id"),
@@ -191,12 +202,16 @@ def diff_runs(old: Run, new: Run) -> dict:
     out["by_axis"] = by_axis(out)
     out["harness"] = harness_drift(old, new)
 
-    po, pn = props_of(old), props_of(new)
     env = []
     if po and pn:
+        rec_o, rec_n = variables_recorded(po), variables_recorded(pn)
         for k in sorted(set(po) | set(pn)):
             if k in _IGNORED_ENV or k.startswith("tmac.map_layout"):
                 continue
+            if k.startswith(ENV_VAR) and not (rec_o and rec_n):
+                continue        # a variable: compared where both runs recorded the user's variables
+            if k == ENV_VARS and rec_o == rec_n:
+                continue        # their count; shown where one run recorded them and the other did not
             if po.get(k) != pn.get(k):
                 env.append({"key": k, "group": _env_group(k), "old": po.get(k), "new": pn.get(k)})
     out["environment"] = env
@@ -213,6 +228,49 @@ def diff_runs(old: Run, new: Run) -> dict:
                    for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
         out["map_layout"] = {"compared": True, "changed": changed}
     return out
+
+
+def driver_of(props: dict[str, str]) -> dict:
+    """``DRIVER_FIELDS`` of a run's flat properties: cuda_driver_version an int
+    (cuDriverGetVersion) where it is one, each "unavailable: ..." where not recorded."""
+    out = {}
+    for f in DRIVER_FIELDS:
+        v = props.get(f"tmac.driver.{f}")
+        if v is None or v == "None":
+            v = unavailable(f"not recorded (no tmac.driver.{f})" if props else
+                            "not recorded (no environment.json, no JUnit properties)")
+        elif f == "cuda_driver_version" and v.isdigit():
+            v = int(v)
+        out[f] = v
+    return out
+
+
+def driver_change(po: dict[str, str], pn: dict[str, str]) -> dict:
+    """The driver of OLD and NEW (``driver_of`` their flat properties): ``old``, ``new``,
+    ``changed`` (True: a field known in both differs; False: every field known and alike;
+    None: not known, a field is "unavailable: ..." in a side), ``line`` (``Driver:
+    580.95.05 -> 580.159.04 (CUDA 13.0 -> 13.0)``, ``Driver: unchanged, 580.95.05 (CUDA
+    13.0)``, "unavailable" for a field not known) and ``unavailable`` (``NEW
+    kernel_module_version: unavailable: ...``, each field not known)."""
+    o, n = driver_of(po), driver_of(pn)
+    missing = [f"{side} {f}: {d[f]}" for side, d in (("OLD", o), ("NEW", n)) for f in DRIVER_FIELDS
+               if is_unavailable(d[f])]
+    differs = any(o[f] != n[f] for f in DRIVER_FIELDS if not (is_unavailable(o[f]) or is_unavailable(n[f])))
+    changed = True if differs else (None if missing else False)
+
+    def show(d, f):
+        v = d[f]
+        if is_unavailable(v):
+            return "unavailable"
+        return _ver(v) if f == "cuda_driver_version" else str(v)
+    kmv, cdv = DRIVER_FIELDS
+    if changed is False:
+        line = f"Driver: unchanged, {show(n, kmv)} (CUDA {show(n, cdv)})"
+    elif len(missing) == 2 * len(DRIVER_FIELDS):
+        line = "Driver: unavailable in OLD and NEW"
+    else:
+        line = f"Driver: {show(o, kmv)} -> {show(n, kmv)} (CUDA {show(o, cdv)} -> {show(n, cdv)})"
+    return {"old": o, "new": n, "changed": changed, "line": line, "unavailable": missing}
 
 
 def worse_on_gpus(a: CaseResult, b: CaseResult) -> list[dict]:
@@ -394,6 +452,7 @@ def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
                    f"OLD {d['old']['source']} · NEW {d['new']['source']} · exit status {status}"
                    + (f" · accepted: {', '.join(accepted)}" if accepted else "")
                    + (" · --strict" if strict else ""), verdict(d, accept, strict))
+    doc.sections.append(_driver_section(d))      # first: a driver change explains what follows
     counts = Table(["run"] + [STATE_LABELS[s] for s in STATES] + ["total"],
                    [["OLD"] + [d["old"]["counts"][s] for s in STATES] + [sum(d["old"]["counts"].values())],
                     ["NEW"] + [d["new"]["counts"][s] for s in STATES] + [sum(d["new"]["counts"].values())]])
@@ -457,8 +516,12 @@ def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
     if not d["environment_compared"]:
         sec.paragraphs.append("Not compared: one side has no environment (no environment.json, no JUnit properties).")
     elif d["environment"]:
+        def value(e, v):
+            if e["key"].startswith(ENV_VAR):    # "<set>" (a secret's) is no HTML tag to a Markdown viewer
+                return "(not set)" if v is None else str(v).replace("<", "\\<")
+            return "(not recorded)" if v is None and e["key"] == ENV_VARS else str(v)
         sec.tables.append(Table(["group", "key", "old", "new"],
-                                [[e["group"], Cell(e["key"], "mono"), str(e["old"]), str(e["new"])]
+                                [[e["group"], Cell(e["key"], "mono"), value(e, e["old"]), value(e, e["new"])]
                                  for e in d["environment"]]))
     doc.sections.append(sec)
     ml = d["map_layout"]
@@ -473,6 +536,17 @@ def to_doc(d: dict, accept=(), strict: bool = False) -> Document:
         sec.tables.append(Table(["field", "old", "new"], rows, note))
     doc.sections.append(sec)
     return doc
+
+
+def _driver_section(d: dict) -> Section:
+    """The driver line as a heading; each field not known under it."""
+    drv = d["driver"]
+    sec = Section(drv["line"])
+    if drv["unavailable"]:
+        sec.paragraphs.append("Not known: " + "; ".join(drv["unavailable"]) + ".")
+    if drv["changed"]:
+        sec.paragraphs.append("Listed only: another driver is no regression by itself (no exit status).")
+    return sec
 
 
 def _known_entries_section(d: dict) -> Section:

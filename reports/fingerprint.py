@@ -1,4 +1,4 @@
-"""Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/3``,
+"""Reading an environment fingerprint (``environment.json``, schema ``tmac-environment/4``,
 gathered by ``fixtures/plugins/environment/survey.py``, which lists its keys): the flat
 ``tmac.*`` properties of JUnit, the header lines, the matrix rows.
 """
@@ -68,6 +68,12 @@ def flatten(fp: dict) -> dict[str, str]:
     p["tmac.os.kernel"] = str(osi.get("kernel"))
     p["tmac.python"] = str((fp.get("python") or {}).get("version"))
     p["tmac.cuda_visible_devices"] = str(fp.get("cuda_visible_devices"))
+    variables = variables_of(fp)
+    if isinstance(variables, dict):
+        p[ENV_VARS] = f"{len(variables)} variables recorded"
+        p.update({f"{ENV_VAR}{name}": str(v) for name, v in variables.items()})
+    else:
+        p[ENV_VARS] = str(variables)
     cmd = fp.get("command") or {}
     p["tmac.command"] = " ".join(cmd.get("invocation_args") or [])
     ki = fp.get("known_issues")
@@ -89,6 +95,31 @@ def harness_of(fp: dict) -> dict:
         return h
     why = unavailable(f"not recorded (environment schema {str(fp.get('schema', '?')).rpartition('/')[2]})")
     return {"packages": why, "extras": why, "sources_sha256": why, "constraints": why, "git_commit": why}
+
+
+# The user's environment variables (environment.json's environment_variables.user, schema
+# 4) as flat properties: ENV_VAR + name for each (its value, "<set>" for a secret's), and
+# ENV_VARS: "<n> variables recorded", or why none are ("unavailable: not recorded
+# (environment schema 3)").
+ENV_VARS = "tmac.env"
+ENV_VAR = "tmac.env."
+
+
+def variables_of(fp: dict) -> dict | str:
+    """The user's environment variables {name: value} (``environment_variables.user``, schema
+    4), or why there are none: "unavailable: not recorded (environment schema 3)" (older files)."""
+    ev = fp.get("environment_variables")
+    user = ev.get("user") if isinstance(ev, dict) else ev
+    if isinstance(user, dict) or is_unavailable(user):
+        return user
+    return unavailable(f"not recorded (environment schema {str(fp.get('schema', '?')).rpartition('/')[2]})")
+
+
+def variables_recorded(props: dict[str, str]) -> bool:
+    """Whether flat properties (``flatten``'s, or a JUnit file's) hold the user's environment
+    variables: a run of schema 4 or later."""
+    v = props.get(ENV_VARS)
+    return v is not None and not is_unavailable(v)
 
 
 def harness_line(fp: dict) -> str:

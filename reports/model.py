@@ -36,7 +36,7 @@ from pathlib import Path
 
 RESULTS_SCHEMA = "tmac-results/2"
 RESULTS_SCHEMA_1 = "tmac-results/1"     # the previous version, still read (read_results_json)
-ENV_SCHEMA = "tmac-environment/3"
+ENV_SCHEMA = "tmac-environment/4"
 
 PASSED, FAILED, KNOWN, SKIPPED, NOBUILD = "passed", "failed", "known-issue", "skipped", "could-not-build"
 HARNESS = "harness-error"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import json
 import shutil
 import time
 import tomllib
@@ -15,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from fixtures.plugins.environment import survey as env_mod
-from reports import fingerprint as fp_mod
+from reports import fingerprint as fp_mod, schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -203,8 +204,57 @@ def test_gather_writes_the_harness_section(monkeypatch, tmp_path):
     monkeypatch.setattr(env_mod, "probe_driver", lambda: {})
     fp = env_mod.gather(run_id="r", report_dir=tmp_path, argv=[], invocation_args=[], sweep="smoke",
                         arch_option=None, xdist_workers=0, known_issues={})
-    assert fp["schema"] == "tmac-environment/3"
+    assert fp["schema"] == "tmac-environment/4"
     assert fp["harness"]["sources_sha256"] == env_mod.sources_digest()
+
+
+# ---------------------------------------------------------------- the user's environment variables
+
+USER_ENV = {
+    "CUDA_HOME": "/usr/local/cuda", "TRITON_CACHE_DIR": "/tmp/t", "XLA_FLAGS": "--xla_dump_to=/d",
+    "JAX_PLATFORMS": "cuda", "NCCL_DEBUG": "INFO", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "TMA_GPUS": "0,1", "TMAC_KEEP": "1",
+    # secrets (a pattern anywhere in the name, any case): recorded as set, never their value
+    "CUDA_API_KEY": "k-123", "TRITON_Token": "t-456", "NCCL_SECRET_X": "s-789", "JAX_password": "p-000",
+    # not of a prefix: not recorded, secret or not
+    "PATH": "/usr/bin", "HOME": "/root", "MY_CUDA_HOME": "/x", "cuda_home": "/y", "TMAX_Y": "1",
+    "HF_TOKEN": "hf-secret", "AWS_SECRET_ACCESS_KEY": "aws-secret",
+}
+
+
+def test_run_environment_records_the_prefixes_and_masks_secrets():
+    user = env_mod.run_environment(USER_ENV)["user"]
+    assert user == {"CUDA_API_KEY": "<set>", "CUDA_HOME": "/usr/local/cuda", "JAX_PLATFORMS": "cuda",
+                    "JAX_password": "<set>", "NCCL_DEBUG": "INFO", "NCCL_SECRET_X": "<set>",
+                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TMAC_KEEP": "1",
+                    "TMA_GPUS": "0,1",
+                    "TRITON_CACHE_DIR": "/tmp/t", "TRITON_Token": "<set>", "XLA_FLAGS": "--xla_dump_to=/d"}
+    assert list(user) == sorted(user)
+    text = json.dumps(env_mod.run_environment(USER_ENV))
+    for secret in ("k-123", "t-456", "s-789", "p-000", "hf-secret", "aws-secret"):
+        assert secret not in text
+    assert env_mod.SECRET_VALUE == "<set>"
+    assert all(env_mod.is_secret(n) for n in ("X_TOKEN", "x_key", "SecretName", "DB_PASSWORD"))
+    assert not any(env_mod.is_secret(n) for n in ("CUDA_HOME", "XLA_FLAGS", "TMA_GPUS"))
+
+
+def test_gather_records_the_users_variables_not_the_harness_own(monkeypatch, tmp_path):
+    """The variables are the user's as the process started (USER_ENVIRON): one set later (as the
+    harness sets CUDA_DEVICE_MAX_CONNECTIONS=1 and TMA_GPUS in the controller) is not recorded
+    as theirs; and the fingerprint is valid against its JSON Schema. (USER_ENVIRON itself is
+    not patched: this run's own fingerprint may be gathered meanwhile, in its thread.)"""
+    monkeypatch.setattr(env_mod, "probe_driver", lambda: {})
+    monkeypatch.setenv("TMAC_SELF_TEST_SET_LATER", "1")
+    assert "TMAC_SELF_TEST_SET_LATER" not in env_mod.USER_ENVIRON
+    fp = env_mod.gather(run_id="r", report_dir=tmp_path, argv=[], invocation_args=[], sweep="smoke",
+                        arch_option=None, xdist_workers=0, known_issues={})
+    assert fp["environment_variables"] == env_mod.run_environment(env_mod.USER_ENVIRON)
+    assert "TMAC_SELF_TEST_SET_LATER" not in fp["environment_variables"]["user"]
+    assert schemas.errors("environment.json", fp) == []
+    assert schemas.errors("environment.json", dict(fp, environment_variables={"user": {"XLA_FLAGS": 1}}))
+    assert schemas.errors("environment.json", dict(fp, environment_variables={"user": {"PATH": "/bin"}}))
+    del fp["environment_variables"]
+    assert schemas.errors("environment.json", fp)
 
 
 # ---------------------------------------------------------------- how it is shown
@@ -233,3 +283,18 @@ def test_an_older_fingerprint_stays_readable():
     flat = fp_mod.flatten(old)
     assert flat["tmac.harness.sources_sha256"] == why and flat["tmac.harness.constraints"] == why
     assert ("harness (sources sha256; packages)", why) in fp_mod.summary_rows(flat)
+    assert flat["tmac.env"] == why and not [k for k in flat if k.startswith("tmac.env.")]
+    assert not fp_mod.variables_recorded(flat)
+    assert fp_mod.variables_of({"schema": "tmac-environment/3"}) == \
+        "unavailable: not recorded (environment schema 3)"
+
+
+def test_the_variables_as_flat_properties():
+    fp = {"schema": "tmac-environment/4",
+          "environment_variables": env_mod.run_environment({"XLA_FLAGS": "--a", "NCCL_IB_TOKEN": "t-1"})}
+    flat = fp_mod.flatten(fp)
+    assert {k: v for k, v in flat.items() if k.startswith("tmac.env")} == {
+        "tmac.environment_schema": "tmac-environment/4", "tmac.env": "2 variables recorded",
+        "tmac.env.NCCL_IB_TOKEN": "<set>", "tmac.env.XLA_FLAGS": "--a"}
+    assert fp_mod.variables_recorded(flat)
+    assert fp_mod.variables_recorded(fp_mod.flatten(dict(fp, environment_variables={"user": {}})))

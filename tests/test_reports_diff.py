@@ -388,3 +388,101 @@ def test_per_gpu_regressions_name_the_gpu_and_count_no_case_twice(tmp_path, caps
     status, md, _ = run_diff(capsys, old, new)
     assert "GPU 1 is another GPU in NEW: GPU-b -> GPU-c." in md
     assert "### Regressions, failed-on-gpu: 1" in md
+
+
+# ---------------------------------------------------------------- the driver, the environment variables
+
+def env4(variables: dict[str, str] | None = None, **kw) -> dict:
+    """A schema-4 environment.json: ``env``'s, with the user's variables as the survey records
+    them (``run_environment``: the prefixes, secrets masked)."""
+    from fixtures.plugins.environment.survey import run_environment
+    return dict(env(**kw), schema="tmac-environment/4",
+                environment_variables=run_environment(variables or {}))
+
+
+def headings(md: str) -> list[str]:
+    return [line for line in md.splitlines() if line.startswith("## ") or line.startswith("### ")]
+
+
+def test_a_driver_change_comes_first_and_is_no_regression(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed", B: "passed"}, env4(driver=13000, kmv="580.95.05"))
+    new = run_dir(tmp_path / "new", {A: "passed", B: "failed"}, env4(driver=13000, kmv="580.159.04"))
+    status, md, _ = run_diff(capsys, old, new)
+    assert status == 1                                  # B's failure, not the driver
+    assert headings(md)[0] == "## Driver: 580.95.05 -> 580.159.04 (CUDA 13.0 -> 13.0)"
+    assert md.index("Driver: 580.95.05") < md.index("## Counts") < md.index("### Regressions, failed")
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    assert list(d)[:2] == ["schema", "driver"]
+    assert d["driver"] == {"old": {"kernel_module_version": "580.95.05", "cuda_driver_version": 13000},
+                           "new": {"kernel_module_version": "580.159.04", "cuda_driver_version": 13000},
+                           "changed": True, "line": "Driver: 580.95.05 -> 580.159.04 (CUDA 13.0 -> 13.0)",
+                           "unavailable": []}
+    # the driver alone changed: nothing got worse
+    fine = run_dir(tmp_path / "fine", {A: "passed", B: "passed"}, env4(driver=13010, kmv="580.159.04"))
+    status, md, _ = run_diff(capsys, old, fine)
+    assert status == 0 and headings(md)[0] == "## Driver: 580.95.05 -> 580.159.04 (CUDA 13.0 -> 13.1)"
+
+
+def test_an_unchanged_or_unknown_driver_says_so(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed"}, env4(kmv="580.95.05"))
+    same = run_dir(tmp_path / "same", {A: "passed"}, env4(kmv="580.95.05"))
+    status, md, _ = run_diff(capsys, old, same)
+    assert status == 0 and headings(md)[0] == "## Driver: unchanged, 580.95.05 (CUDA 13.0)"
+    no_gpu = "unavailable: no CUDA driver (libcuda not loadable)"
+    lost = run_dir(tmp_path / "lost", {A: "passed"}, env4(driver=no_gpu, kmv=no_gpu))
+    status, md, _ = run_diff(capsys, old, lost)
+    assert status == 0 and headings(md)[0] == "## Driver: 580.95.05 -> unavailable (CUDA 13.0 -> unavailable)"
+    assert f"Not known: NEW kernel_module_version: {no_gpu}; NEW cuda_driver_version: {no_gpu}." in md
+    d = json.loads(run_diff(capsys, old, lost, "--format", "json")[1])
+    assert d["driver"]["changed"] is None and d["driver"]["new"]["kernel_module_version"] == no_gpu
+    bare_old, bare_new = run_dir(tmp_path / "b1", {A: "passed"}), run_dir(tmp_path / "b2", {A: "passed"})
+    status, md, _ = run_diff(capsys, bare_old, bare_new)
+    assert status == 0 and headings(md)[0] == "## Driver: unavailable in OLD and NEW"
+    # JUnit files: their tmac.driver.* properties
+    j_old = junit(tmp_path / "old.xml", {A: "passed"}, {"tmac.driver.cuda_driver_version": "12080",
+                                                        "tmac.driver.kernel_module_version": "570.86.10"})
+    status, md, _ = run_diff(capsys, j_old, old)
+    assert status == 0 and headings(md)[0] == "## Driver: 570.86.10 -> 580.95.05 (CUDA 12.8 -> 13.0)"
+
+
+def test_a_change_of_the_users_variables_shows_in_both_outputs(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed"}, env4(
+        {"XLA_FLAGS": "--a", "NCCL_DEBUG": "INFO", "CUDA_API_KEY": "key-old-9f2", "TRITON_Token": "tok-3c1",
+         "PATH": "/old/bin"}))
+    new = run_dir(tmp_path / "new", {A: "passed"}, env4(
+        {"XLA_FLAGS": "--b", "JAX_PLATFORMS": "cuda", "CUDA_API_KEY": "key-new-7e4",
+         "NCCL_PASSWORD": "pw-5d8", "PATH": "/new/bin"}))
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    assert status == 0                                  # a variable is no regression
+    d = json.loads(out)
+    rows = [(e["key"], e["old"], e["new"]) for e in d["environment"] if e["group"] == "environment variables"]
+    assert rows == [("tmac.env.JAX_PLATFORMS", None, "cuda"),    # came
+                    ("tmac.env.NCCL_DEBUG", "INFO", None),       # went
+                    ("tmac.env.NCCL_PASSWORD", None, "<set>"),   # a secret that came
+                    ("tmac.env.TRITON_Token", "<set>", None),
+                    ("tmac.env.XLA_FLAGS", "--a", "--b")]        # changed
+    # CUDA_API_KEY: "<set>" in both (its values differ, and are never recorded); PATH: not recorded
+    status, md, _ = run_diff(capsys, old, new)
+    assert status == 0
+    assert "| environment variables | tmac.env.XLA_FLAGS | --a | --b |" in md
+    assert "| environment variables | tmac.env.JAX_PLATFORMS | (not set) | cuda |" in md
+    assert "| environment variables | tmac.env.NCCL_PASSWORD | (not set) | \\<set> |" in md
+    for text in (md, out):
+        assert "CUDA_API_KEY" not in text and "PATH" not in text
+        assert not any(secret in text for secret in ("key-old-9f2", "key-new-7e4", "tok-3c1", "pw-5d8"))
+
+
+def test_variables_are_compared_only_where_both_runs_recorded_them(tmp_path, capsys):
+    old = run_dir(tmp_path / "old", {A: "passed"}, env())           # schema 2: no variables
+    new = run_dir(tmp_path / "new", {A: "passed"}, env4({"XLA_FLAGS": "--b", "NCCL_DEBUG": "INFO"}))
+    status, out, _ = run_diff(capsys, old, new, "--format", "json")
+    d = json.loads(out)
+    rows = [(e["key"], e["old"], e["new"]) for e in d["environment"] if e["group"] == "environment variables"]
+    assert status == 0 and rows == [("tmac.env", "unavailable: not recorded (environment schema 2)",
+                                     "2 variables recorded")]
+    # both recorded, neither has any: no row at all
+    a = run_dir(tmp_path / "a", {A: "passed"}, env4({}))
+    b = run_dir(tmp_path / "b", {A: "passed"}, env4({"PATH": "/x"}))
+    d = json.loads(run_diff(capsys, a, b, "--format", "json")[1])
+    assert [e for e in d["environment"] if e["group"] == "environment variables"] == []

@@ -275,11 +275,11 @@ def test_junit_and_results_agree(xdist_run):
 def test_fingerprint_written_once_by_the_controller(xdist_run):
     _, out, cp = xdist_run
     env = report(out, "environment.json")
-    assert env["schema"] == "tmac-environment/3" and env["role"] == "controller"
+    assert env["schema"] == "tmac-environment/4" and env["role"] == "controller"
     assert env["command"]["xdist_workers"] == 2
     for key in ("driver", "cuda_runtime", "toolchain", "nvrtc", "cccl", "cuda_headers", "builds", "nvcc",
                 "packages", "gpus", "peer_access", "os", "python", "map_layout", "sweep", "known_issues",
-                "harness"):
+                "harness", "environment_variables"):
         assert key in env, key
     drv = env["driver"]["cuda_driver_version"]
     assert isinstance(drv, int) or drv.startswith("unavailable: ")
