@@ -25,6 +25,36 @@ def make_tree(root: Path, tests: str, known: str | None = None, name: str = "tes
     return root
 
 
+# Lines of a fake-GPU plugin (after its cuda_env.probe is replaced): the driver probe of
+# the environment fingerprint answers as a node's would, naming a driver and each GPU
+# cuda_env.probe() sees (the node's case checks that it does:
+# fixtures/plugins/run_control/node_fingerprint.py). FAKE_PROBE_LOST=1: as a probe that
+# could not start (every driver field "unavailable: ...").
+FAKE_PROBE = '''
+import os as _os
+from fixtures.cuda_layer import cuda_env as _cuda_env
+from fixtures.plugins.environment import survey as _survey
+
+
+def _fake_probe(timeout=60.0):
+    if _os.environ.get("FAKE_PROBE_LOST"):
+        r = "unavailable: driver probe exited 2: can't open file 'driver_probe.py'"
+        return {"cuda_driver_version": r, "gpus": r, "peer_access": r, "kernel_module_version": r,
+                "cuda_runtime": r}
+    devs = _cuda_env.probe().devices
+    gpus = [{"ordinal": d.ordinal, "name": d.name, "uuid": d.uuid or f"GPU-{d.ordinal:08x}-fake",
+             "compute_capability": f"{d.cc[0]}.{d.cc[1]}", "arch": "sm_90a", "memory_bytes": 80 << 30,
+             "pci_bus_id": d.pci_bus_id or f"0000:{0x18 + d.ordinal:02X}:00.0"} for d in devs]
+    return {"cuda_driver_version": 13000, "kernel_module_version": "580.159.04", "gpus": gpus,
+            "peer_access": {"ordinals": [d.ordinal for d in devs],
+                            "matrix": [[None if i == j else True for j in devs] for i in devs]},
+            "cuda_runtime": {"version": 13000, "source": "fake"}}
+
+
+_survey.probe_driver = _fake_probe
+'''
+
+
 def started_tree(root: Path, started: Path, cases: int, sleep_s: float) -> Path:
     """A tree of ``cases`` cases; the fourth (``c3``) touches ``started``, then sleeps."""
     return make_tree(root, f'''

@@ -18,7 +18,7 @@ from fixtures.cuda_layer import cuda_env
 from reports import model
 from reports.model import NODE_CASE
 
-from nested_run import REPO, make_tree, pytest_run, results
+from nested_run import FAKE_PROBE, REPO, make_tree, pytest_run, results
 
 CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
                               reason="this machine has a GPU: the fake GPUs would stand beside it")
@@ -53,7 +53,7 @@ placement.Gpu.open = classmethod(fake_open)
 placement.Gpu.activate = lambda self: self
 placement.open_ahead = lambda ordinal: None
 isolation.IsolatedRunner.prestart = lambda self, device=None: None
-'''
+''' + FAKE_PROBE
 
 # BROKEN: the GPU whose loads of cases 0 and 1 differ from the model. Each GPU's session
 # fixture records the thread that built it and how often.
@@ -351,3 +351,23 @@ def test_cuda_core_is_loaded_once_whole_whatever_the_threads_asking(monkeypatch)
     for t in threads:
         t.join(30)
     assert got == [("cuda.core", "StridedMemoryView")] * 4 and calls == [1] and most[0] == 1
+
+
+@CPU_ONLY
+def test_a_fingerprint_without_the_driver_fails_the_nodes_case(tmp_path):
+    """The node's case judges the run's environment.json: a probe that could not start (the
+    driver and GPUs "unavailable") fails it, naming the driver and each GPU CUDA sees; the
+    fake node's whole fingerprint passes it."""
+    cp, out = _run(tmp_path, "-n", "2", "-k", "host_side", gpus=2, env={"FAKE_PROBE_LOST": "1"})
+    node = {c["id"]: c for c in results(out)["cases"]}[NODE_CASE]
+    assert node["state"] == "failed", node
+    assert "the environment fingerprint (environment.json) lacks the CUDA driver version" in node["message"]
+    assert f"every GPU CUDA sees here: {_label(0)} (NVIDIA H100), {_label(1)} (NVIDIA H100)" \
+        in node["message"], node["message"]
+    assert cp.returncode == 1, (cp.stdout + cp.stderr)[-3000:]
+    cp, out = _run(tmp_path / "whole", "-n", "2", "-k", "host_side", gpus=2)
+    node = {c["id"]: c for c in results(out)["cases"]}[NODE_CASE]
+    assert node["state"] == "passed", node
+    env = json.loads((out / "environment.json").read_text())
+    assert env["driver"]["cuda_driver_version"] == 13000
+    assert [g["uuid"] for g in env["gpus"]] == [_uuid(0), _uuid(1)]

@@ -19,7 +19,7 @@ from fixtures.cuda_layer import cuda_env
 from reports import model
 from reports.model import NODE_CASE
 
-from nested_run import REPO, make_tree, pytest_run, results
+from nested_run import FAKE_PROBE, REPO, make_tree, pytest_run, results
 
 CPU_ONLY = pytest.mark.skipif(cuda_env.probe().available,
                                 reason="this machine has a GPU: a fresh process would see it")
@@ -55,7 +55,7 @@ def fake_open(cls, info, arch=None):
 
 
 placement.Gpu.open = classmethod(fake_open)
-'''
+''' + FAKE_PROBE
 
 TREE = '''
     import pytest
