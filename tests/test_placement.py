@@ -167,3 +167,26 @@ def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
     assert not settled.is_alive() and gpu._contexts == {2: "ctx-2"}
     src = inspect.getsource(isolation.Forked.__init__)
     assert src.index("settle_ahead()") < src.index("os.fork()")
+
+
+@pytest.mark.parametrize("raw,state,why", [
+    ("abc", cuda_env.DriverState(False, "no CUDA driver"), "--gpus=abc: 'abc' is not a GPU ordinal"),
+    ("2", cuda_env.DriverState(False, "no GPU with tensor maps", 13000, (cuda_env.DeviceInfo(0, "A100", (8, 0)),)),
+     "--gpus=2: GPU 2: CUDA sees 1 GPU(s) here"),
+    ("7", cuda_env.DriverState(False, "no CUDA driver"), None),          # nothing answers: its syntax only
+    ("0", cuda_env.DriverState(False, "no GPU with tensor maps", 13000, (cuda_env.DeviceInfo(0, "A100", (8, 0)),)),
+     None),                                                             # it exists: NOT MEASURED, no error
+])
+def test_the_choice_is_checked_without_a_usable_gpu(monkeypatch, raw, state, why):
+    """Without a usable GPU nothing is chosen, but ``--gpus`` is checked for its syntax on
+    any machine, and where a driver answers, for the GPUs it names."""
+    from types import SimpleNamespace
+    from fixtures.plugins.run_control import every_gpu
+    monkeypatch.setattr(cuda_env, "probe", lambda: state)
+    config = SimpleNamespace(getoption=lambda name, default=None: raw)
+    if why is None:
+        assert every_gpu.choose(config) == ()
+    else:
+        with pytest.raises(ValueError) as info:
+            every_gpu.choose(config)
+        assert str(info.value).startswith(why), info.value

@@ -13,12 +13,18 @@ def pytest_run(*args, timeout=120):
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_help_documents_every_option():
-    out = pytest_run("--help").stdout
+def test_help_documents_every_option(tmp_path):
+    """``--help`` and ``--markers`` name the harness's options and markers; they run no
+    case and make no report folder (``--markers`` left an empty reports/out/<run id> in
+    the checkout: fixtures.plugins.reporting.run_reports), here --report-dir's."""
+    out_dir = tmp_path / "out"
+    out = pytest_run("--help", f"--report-dir={out_dir}").stdout
     for opt in ("--sweep", "--report-dir", "--kernel-cache", "--arch"):
         assert opt in out, f"{opt} missing from pytest --help"
+    markers = pytest_run("--markers", f"--report-dir={out_dir}").stdout
     for marker in ("gpu", "multi_gpu", "isolated"):
-        assert marker in pytest_run("--markers").stdout
+        assert f"@pytest.mark.{marker}" in markers, f"{marker} missing from pytest --markers"
+    assert not out_dir.exists(), sorted(p.name for p in out_dir.iterdir())
 
 
 @pytest.mark.parametrize("args,msg", [(["--arch", "sm90"], "--arch: not an NVRTC architecture"),
@@ -50,6 +56,10 @@ SETUP_FAULTS = {
     "require-gpus-env": ([], {"TMA_REQUIRE_GPUS": "-1"}, "ERROR: TMA_REQUIRE_GPUS='-1': expected a number of GPUs"),
     "run-timeout": (["--run-timeout=soon"], {}, "ERROR: --run-timeout='soon': expected seconds"),
     "run-timeout-nan": (["--run-timeout=nan"], {}, "ERROR: --run-timeout='nan': expected seconds"),
+    # the GPUs' syntax is checked on any machine, a GPU or none (a fleet script's typo)
+    "gpus": (["--gpus=abc"], {}, "ERROR: --gpus=abc: 'abc' is not a GPU ordinal"),
+    "gpus-range": (["--gpus=3-1"], {}, "ERROR: --gpus=3-1: '3-1' is not a GPU ordinal"),
+    "gpus-env": ([], {"TMA_GPUS": "0,,1"}, "ERROR: TMA_GPUS=0,,1: '' is not a GPU ordinal"),
 }
 
 
