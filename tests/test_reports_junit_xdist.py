@@ -297,6 +297,18 @@ def test_unmatched_entry_is_warned_once(xdist_run):
     assert "KI-6" not in warned and "KI-7" not in warned
 
 
+def test_a_case_rerun_by_its_id_warns_of_no_entry(tmp_path):
+    """A run of one case by its id collects that case alone: the entries of the file's
+    other tests match nothing there, and are no stale entries to warn of (KI-4 is, in a
+    run of the whole file)."""
+    root = make_tree(tmp_path / "tiny")
+    cp = pytest_run(root, "-p", "no:randomly", f"--report-dir={tmp_path / 'out'}", "test_tiny.py::test_pass")
+    assert "matches no collected test" not in cp.stdout + cp.stderr, cp.stdout[-3000:]
+    cp = pytest_run(root, "-p", "no:randomly", f"--report-dir={tmp_path / 'out2'}", "test_tiny.py",
+                    "-k", "test_pass")
+    assert "known issue KI-4" in cp.stdout and "matches no collected test" in cp.stdout
+
+
 def test_matrix_lists_known_issues_and_failures(xdist_run):
     _, out, _ = xdist_run
     md = (out / "matrix.md").read_text()
