@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def make_tree(root: Path, tests: str, known: str | None = None, name: str = "test_tiny.py") -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -ra\n")
+    # the tree's cases in the tree's order, whatever this environment auto-loads (a nested
+    # run auto-loads plugins: pytest-randomly, installed for `-p randomly`, shuffled them)
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p no:randomly -ra\n")
     (root / "conftest.py").write_text((REPO / "conftest.py").read_text())
     (root / name).write_text(textwrap.dedent(tests))
     if known is not None:

@@ -27,6 +27,20 @@ def test_help_documents_every_option(tmp_path):
     assert not out_dir.exists(), sorted(p.name for p in out_dir.iterdir())
 
 
+@pytest.mark.parametrize("what", ["--fixtures", "--fixtures-per-test", "--markers", "--collect-only",
+                                  "--version", "--help"])
+def test_an_answer_without_cases_writes_no_run_folder(tmp_path, what):
+    """pytest answering without running a case writes no run folder and moves no
+    ``latest`` in the default place (a tree's ``reports/out``): ``--fixtures`` wrote a whole
+    report there, verdict INCOMPLETE, and moved ``latest`` to it."""
+    from nested_run import make_tree, pytest_run as run
+    root = make_tree(tmp_path / "t", "def test_ok():\n    pass\n")
+    cp = run(root, what)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    assert "verdict:" not in cp.stdout, cp.stdout[-2000:]
+    assert not (root / "reports").exists(), sorted(p.name for p in (root / "reports").rglob("*"))
+
+
 @pytest.mark.parametrize("args,msg", [(["--arch", "sm90"], "--arch: not an NVRTC architecture"),
                                       (["--sweep", "huge"], "invalid choice")])
 def test_bad_options_are_usage_errors(args, msg):
