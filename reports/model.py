@@ -394,6 +394,24 @@ def is_node_case(case_id: str) -> bool:
     return case_id == NODE_CASE or case_id.startswith(NODE_PREFIX)
 
 
+RUNNING_SHOWN = 3       # the running cases a stopped run's verdict names; the rest counted
+
+
+def running_text(end: dict) -> str:
+    """What a stopped run's verdict says of the cases that were running as it was asked to
+    stop (results.json ``end.running``, ``end.gpus``): "; running: ID, ID and 2 more (each on
+    GPUs 0, 1)", "; no case was running", or "" where the run did not record them."""
+    ids = end.get("running")
+    if not isinstance(ids, list):
+        return ""
+    if not ids:
+        return "; no case was running"
+    shown = ", ".join(ids[:RUNNING_SHOWN]) + (f" and {len(ids) - RUNNING_SHOWN} more"
+                                              if len(ids) > RUNNING_SHOWN else "")
+    gpus = end.get("gpus") or []
+    return f"; running: {shown}" + (f" (each on {ordinals(gpus)})" if gpus else "")
+
+
 def run_verdict(run: "Run") -> Verdict:
     """The one verdict of a run, worst first: an interrupted, timed-out, incomplete or
     crashed run is never PASS; a run whose GPU stopped answering mid-run is GPU LOST
@@ -415,12 +433,12 @@ def run_verdict(run: "Run") -> Verdict:
         tally += f", {missing} never reported"
     status = meta.get("exitstatus")
     if end.get("kind") == "timed-out":
-        return Verdict("TIMED OUT", f"TIMED OUT: {end.get('why', '')} ({tally})", "bad")
+        return Verdict("TIMED OUT", f"TIMED OUT: {end.get('why', '')}{running_text(end)} ({tally})", "bad")
     if end.get("kind") == "interrupted" or status == EXIT_INTERRUPTED:
         uncollected = sum(1 for r in run.cases.values() if r.phase == "collect")
         why = end.get("why") or (f"pytest stopped at {uncollected} collection error(s)" if uncollected
                                  else "the run was interrupted")
-        return Verdict("INTERRUPTED", f"INTERRUPTED: {why} ({tally})", "bad")
+        return Verdict("INTERRUPTED", f"INTERRUPTED: {why}{running_text(end)} ({tally})", "bad")
     if status == EXIT_INTERNAL and not c[HARNESS]:
         return Verdict("INTERNAL ERROR", f"INTERNAL ERROR: pytest exit status 3 ({tally})", "bad")
     lost = gpu_lost_verdict(run, tally)
@@ -455,8 +473,11 @@ def run_verdict(run: "Run") -> Verdict:
     gpu = meta.get("gpu") or {}
     if no_gpu or gpu.get("usable") == 0:
         why = gpu.get("reason") or (no_gpu[0].message if no_gpu else "")
-        return Verdict("NOT MEASURED", f"NOT MEASURED: no usable GPU ({why}): the GPU cases did "
-                       f"not run; {c[PASSED]} host-side cases passed"
+        gpu_cases = sum(1 for r in no_gpu if not is_node_case(r.id))
+        did = (f"{gpu_cases} GPU case(s) did not run" if gpu_cases
+               else "the run selected no GPU case")      # the self-tests: host-side only
+        return Verdict("NOT MEASURED", f"NOT MEASURED: no usable GPU ({why}): {did}; "
+                       f"{c[PASSED]} host-side cases passed"
                        + (f" ({', '.join(extra)})" if extra else ""), "warn")
     if c[PASSED] == 0:
         return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")

@@ -143,7 +143,9 @@ def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
         cp = pytest_run(root, "-n", "2", f"--run-timeout={bound}", f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", timeout=bound + 120)
         assert cp.returncode == 2, cp.stdout[-3000:] + cp.stderr[-2000:]
         meta = results(out)
-        assert meta["end"] == {"kind": "timed-out", "why": f"the run did not end within --run-timeout={bound} s"}
+        end = {k: v for k, v in meta["end"].items() if k not in ("running", "gpus")}
+        assert end == {"kind": "timed-out", "why": f"the run did not end within --run-timeout={bound} s"}
+        assert isinstance(meta["end"]["running"], list) and meta["end"]["gpus"] == []    # no GPU here
         assert meta["verdict"].startswith("TIMED OUT") and meta["exitstatus"] == 2, meta["verdict"]
         assert "test_tiny.py::test_case[c5]" not in states(out)    # never reported: never "passed"
         assert "TIMED OUT" in (out / "matrix.md").read_text() and (out / "junit.xml").is_file()
@@ -152,6 +154,10 @@ def test_a_stuck_run_ends_at_its_run_timeout_with_partial_reports(tmp_path):
             break
     assert started.exists(), "c5 never started within --run-timeout=120 s"
     assert "test_tiny.py::test_case[c5]" in meta["not_reported_ids"], meta["not_reported_ids"]
+    # the verdict names the case that was running when the bound passed
+    assert "test_tiny.py::test_case[c5]" in meta["end"]["running"], meta["end"]
+    assert f"within --run-timeout={bound} s; running: " in meta["verdict"] and \
+        "test_tiny.py::test_case[c5]" in meta["verdict"], meta["verdict"]
 
 
 def test_an_interrupted_run_says_interrupted(tmp_path):
@@ -165,6 +171,8 @@ def test_an_interrupted_run_says_interrupted(tmp_path):
     meta = results(out)
     assert meta["end"]["kind"] == "interrupted" and meta["verdict"].startswith("INTERRUPTED"), meta["verdict"]
     assert "NOTHING PASSED" not in (out / "matrix.md").read_text()
+    assert "test_tiny.py::test_case[c3]" in meta["end"]["running"], meta["end"]     # c3 sleeps
+    assert "; running: " in meta["verdict"] and "test_tiny.py::test_case[c3]" in meta["verdict"], meta["verdict"]
 
 
 GPU_TREE = '''
@@ -185,7 +193,11 @@ def test_no_gpu_is_not_measured_never_pass(tmp_path):
     assert cp.returncode == 0, cp.stdout + cp.stderr
     meta = results(out)
     assert meta["verdict"].startswith("NOT MEASURED: no usable GPU"), meta["verdict"]
+    assert "): 1 GPU case(s) did not run; 1 host-side cases passed" in meta["verdict"], meta["verdict"]
     assert states(out)[NODE] == "skipped"
+    # host-side cases alone (the self-tests): no GPU case was skipped, and the verdict says so
+    cp = pytest_run(make_tree(tmp_path / "h", GPU_TREE), "-k", "host_side", f"--report-dir={tmp_path / 'h-out'}")
+    assert "): the run selected no GPU case; 1 host-side cases passed" in results(tmp_path / "h-out")["verdict"]
     md = (out / "matrix.md").read_text()
     assert "NOT MEASURED" in md and "PASS" not in md.split("## Summary")[0]
     assert "verdict: NOT MEASURED" in cp.stdout
@@ -324,3 +336,13 @@ def test_the_verdict_is_the_terminals_last_line(tmp_path):
     lines = [ln for ln in run.stdout.splitlines() if ln.strip()]
     assert lines[-1].startswith("verdict: "), lines[-3:]
     assert lines[-1] == f"verdict: {results(tmp_path / 'out')['verdict']}"
+
+
+def test_a_stopped_runs_verdict_names_what_was_running():
+    from reports.model import running_text
+    assert running_text({"kind": "completed"}) == ""
+    assert running_text({"kind": "interrupted", "running": []}) == "; no case was running"
+    assert running_text({"kind": "timed-out", "running": ["a", "b"], "gpus": [0, 2]}) == \
+        "; running: a, b (each on GPUs 0, 2)"
+    assert running_text({"kind": "timed-out", "running": list("abcde"), "gpus": [1]}) == \
+        "; running: a, b, c and 2 more (each on GPU 1)"
