@@ -213,3 +213,14 @@ def test_a_case_whose_harness_call_fails_is_a_harness_error_in_the_verdict(tmp_p
     # the harness's fault alone: HARNESS ERROR
     p = pytest_run(tree, "-q", "-p", "no:randomly", "-k", "pool", f"--report-dir={tmp_path / 'r2'}")
     assert p.returncode == 3 and "verdict: HARNESS ERROR" in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.parametrize("name,sticky", [
+    ("CUDA_ERROR_ILLEGAL_INSTRUCTION", True), ("cudaErrorIllegalAddress", True),
+    ("CUDA_ERROR_MISALIGNED_ADDRESS", True), ("cudaErrorLaunchFailure", True),
+    ("CUDA_ERROR_LAUNCH_FAILED", True), ("cudaErrorAssert", True),
+    ("cudaErrorMemoryAllocation", False), ("CUDA_ERROR_OUT_OF_MEMORY", False),
+    ("CUDA_ERROR_INVALID_VALUE", False), ("cudaErrorInvalidDevice", False)])
+def test_sticky_errors_by_either_api_s_name(name, sticky):
+    """The driver's and the runtime's names of one error are told alike."""
+    assert faults.is_sticky(name) is sticky
