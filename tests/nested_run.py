@@ -165,3 +165,14 @@ def results(folder: Path) -> dict:
 
 def states(folder: Path) -> dict[str, str]:
     return {c["id"]: c["state"] for c in results(folder)["cases"]}
+
+
+def first_case_ids(tests, sweep: str = "smoke") -> dict[str, str]:
+    """{test: the id of its first case} for each ``suites/FILE.py::TEST`` of ``tests``, as
+    the checkout collects them at ``sweep`` (one nested ``--collect-only``; no report folder)."""
+    cp = subprocess.run(pytest_argv("--collect-only", "-q", "-p", "no:cacheprovider", "--sweep", sweep,
+                                    "--report-dir", os.devnull + "-none",
+                                    *sorted({t.split("::")[0] for t in tests})),
+                        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    ids = [ln.strip() for ln in cp.stdout.splitlines() if "::" in ln]
+    return {t: next(i for i in ids if i.startswith(t + "[")) for t in tests}

@@ -12,8 +12,6 @@ harness's exception naming that very call, never a CUDA error of the case (which
 failure inside the launch must stay the operation's. A nested run shows the verdict."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from fixtures.cuda_layer.faults import HarnessError, under_test
 from fixtures.cuda_layer.isolated_child import _reply_of
 from fixtures.repro import record
 
-from nested_run import make_tree, pytest_run, results
+from nested_run import first_case_ids, make_tree, pytest_run, results
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOCATION = 2          # cudaErrorMemoryAllocation: what a full GPU answers an allocation
@@ -89,14 +87,7 @@ def _injected(monkeypatch, plan: Plan) -> None:
 @pytest.fixture(scope="module")
 def found() -> dict:
     """{path: the suite's case} (the first smoke case of each test, collected in this process)."""
-    from nested_run import child_env
-    import subprocess
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                        "--sweep", "smoke", "--report-dir", os.devnull + "-none",
-                        *sorted({k.split("::")[0] for k in PATHS})],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=child_env())
-    ids = [ln.strip() for ln in p.stdout.splitlines() if "::" in ln]
-    return {k: repro.find_case(next(i for i in ids if i.startswith(k + "[")), "smoke") for k in PATHS}
+    return {k: repro.find_case(cid, "smoke") for k, cid in first_case_ids(PATHS, "smoke").items()}
 
 
 def _fail(found_case, monkeypatch, plan: Plan) -> dict:

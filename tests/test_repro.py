@@ -15,7 +15,6 @@ case skips, saying so: the files would run for real there, which this CPU test d
 judge."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.repro import kernel_source, record, standalone
 from fixtures.tma_box import tiled
 from fixtures.tma_load.operations import TILED
+
+from nested_run import first_case_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 # One smoke case of each kind a reproducer is written for (the first its test collects).
@@ -55,13 +56,7 @@ def _run(args, **kw):
 
 @pytest.fixture(scope="module")
 def case_ids() -> dict:
-    p = _run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-              "--sweep", "smoke", "--report-dir", os.devnull + "-none", *{k.split("::")[0] for k in KINDS}])
-    ids = [ln.strip() for ln in p.stdout.splitlines() if "::" in ln]
-    out = {}
-    for k in KINDS:
-        out[k] = next(i for i in ids if i.startswith(k + "["))
-    return out
+    return first_case_ids(KINDS, "smoke")
 
 
 @pytest.fixture(scope="module")
