@@ -36,7 +36,8 @@ import re
 from collections import Counter
 
 from . import axes
-from .fingerprint import ENV_VAR, ENV_VARS, _ver, is_unavailable, props_of, unavailable, variables_recorded
+from .fingerprint import (cuda_version, ENV_VAR, ENV_VARS, is_unavailable, props_of, unavailable,
+                          variables_recorded)
 from .model import (rule_of_message, BAD, CaseResult, FAILED, HARNESS, KNOWN, NOBUILD, PASSED, SKIPPED,
                     STATE_LABELS, STATES, Run, gpu_label, run_gpus)
 from .render import Cell, Document, Section, Table, to_markdown
@@ -262,7 +263,7 @@ def driver_change(po: dict[str, str], pn: dict[str, str]) -> dict:
         v = d[f]
         if is_unavailable(v):
             return "unavailable"
-        return _ver(v) if f == "cuda_driver_version" else str(v)
+        return cuda_version(v) if f == "cuda_driver_version" else str(v)
     kmv, cdv = DRIVER_FIELDS
     if changed is False:
         line = f"Driver: unchanged, {show(n, kmv)} (CUDA {show(n, cdv)})"

@@ -18,7 +18,8 @@ def is_unavailable(v: object) -> bool:
 
 # ---------------------------------------------------------------- views
 
-def _ver(v: object) -> str:
+def cuda_version(v: object) -> str:
+    """A CUDA version as cuDriverGetVersion gives it (13010) in words ("13.1"); else as it is."""
     if isinstance(v, int) and v > 1000:
         return f"{v // 1000}.{(v % 1000) // 10}"
     return str(v)
@@ -154,12 +155,12 @@ def essentials(fp: dict) -> list[str]:
     if is_unavailable(cdv):
         dline = f"driver {cdv}"
     else:
-        dline = f"driver CUDA {_ver(cdv)} ({cdv})" + ("" if is_unavailable(kmv) else f", kernel module {kmv}")
+        dline = f"driver CUDA {cuda_version(cdv)} ({cdv})" + ("" if is_unavailable(kmv) else f", kernel module {kmv}")
     tl = toolchain_line(fp)
     rt = fp.get("cuda_runtime")
     nvcc = fp.get("nvcc")
     src = rt.get("source", "") if isinstance(rt, dict) else ""
-    other = [f"CUDA runtime {_ver(rt['version']) if isinstance(rt, dict) else rt}"
+    other = [f"CUDA runtime {cuda_version(rt['version']) if isinstance(rt, dict) else rt}"
              + (" (CuPy's)" if src.startswith("cupy") else ""),
              f"nvcc {nvcc['version'] if isinstance(nvcc, dict) else 'not on PATH'}"
              + (" (only for the nvcc-vs-NVRTC case)" if isinstance(nvcc, dict) else "")]
@@ -232,7 +233,7 @@ def gpu_lines(props: dict[str, str]) -> list[str]:
 
 def _with_ver(v: str) -> str:
     try:
-        return f"{v} (CUDA {_ver(int(v))})"
+        return f"{v} (CUDA {cuda_version(int(v))})"
     except ValueError:
         return v
 
