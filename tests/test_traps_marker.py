@@ -77,8 +77,11 @@ def _without_loads() -> set[str]:
 
 
 def _collect(sweep: str, expr: str) -> tuple[list[str], int]:
+    """Every trap case of the sweep (``--traps=all``: the budget's choice is
+    tests/test_trap_budget.py's)."""
     cp = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
-                         f"--sweep={sweep}", "-m", expr], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         f"--sweep={sweep}", "--traps=all", "-m", expr], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     m = re.search(r"(\d+)/(\d+) tests collected", cp.stdout)
     assert m, cp.stdout[-2000:]
