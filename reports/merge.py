@@ -169,18 +169,29 @@ def settings_of(r: Run, props: dict) -> dict[str, str]:
 
 
 def gpus_of(r: Run) -> list[dict]:
-    """The GPUs a node ran its cases on, each with the states of its cases there."""
+    """The GPUs a node ran its cases on, each with the states of its cases there, and how
+    many of them ran there alone (``once``: a trap case runs once per node, on one of its
+    GPUs)."""
     counts = gpu_counts(r)
+    ran = run_gpus(r)
+    once: dict[int, int] = {}
+    if len(ran) > 1:
+        for c in r.cases.values():
+            g = [int(k) for k in (c.gpus or {}) if str(k).isdigit()]
+            if len(g) == 1:
+                once[g[0]] = once.get(g[0], 0) + 1
     return [{"gpu": gpu_label(g), "ordinal": g["ordinal"], "uuid": g.get("uuid"),
              "counts": {s: n for s, n in counts.get(int(g["ordinal"]), {}).items() if n},
-             "cases": sum(counts.get(int(g["ordinal"]), {}).values())} for g in run_gpus(r)]
+             "cases": sum(counts.get(int(g["ordinal"]), {}).values()),
+             "once": once.get(int(g["ordinal"]), 0)} for g in ran]
 
 
 def uneven(gpus: list[dict], apart: dict | None = None) -> str:
-    """"" when every GPU of a node ran as many cases, and none skipped a case another ran
-    (``apart``: model.skipped_apart), else which did what."""
+    """"" when every GPU of a node ran as many cases (those it ran alone, the trap cases
+    dealt over the node's GPUs, aside), and none skipped a case another ran (``apart``:
+    model.skipped_apart), else which did what."""
     parts = []
-    if len({g["cases"] for g in gpus}) > 1:
+    if len({g["cases"] - g.get("once", 0) for g in gpus}) > 1:
         parts.append(", ".join(f"GPU {g['ordinal']} ran {g['cases']}" for g in gpus))
     if apart:
         parts.append(", ".join(f"GPU {k} skipped {n} another ran" for k, n in sorted(apart.items())))

@@ -371,3 +371,48 @@ def test_a_fingerprint_without_the_driver_fails_the_nodes_case(tmp_path):
     env = json.loads((out / "environment.json").read_text())
     assert env["driver"]["cuda_driver_version"] == 13000
     assert [g["uuid"] for g in env["gpus"]] == [_uuid(0), _uuid(1)]
+
+
+TRAP_TREE = '''
+    import pytest
+
+    @pytest.mark.trap
+    @pytest.mark.parametrize("i", range(11))
+    def test_trap(gpu, i, request):
+        request.node.user_properties.append(("ran", gpu.ordinal))
+
+    @pytest.mark.parametrize("i", range(3))
+    def test_load(gpu, i):
+        pass
+'''
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("n_gpus,workers", [(4, "8"), (8, "32")])
+def test_each_trap_case_runs_once_per_node_dealt_evenly_over_its_gpus(tmp_path, n_gpus, workers):
+    """A trap case runs on one GPU of the node; the run's trap cases are dealt over its
+    GPUs within one case of even, whatever the number of workers; every other case runs on
+    every GPU; the node's verdict and a fleet merge take the dealt cases for what they are.
+    ``--traps-on-every-gpu`` runs them on every GPU. (``--traps=all``: the tree's trap
+    cases are one condition, which the budget would run once.)"""
+    cp, out = _run(tmp_path, "-n", workers, "--traps=all", gpus=n_gpus, tree=TRAP_TREE)
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    cases = {c["id"]: c for c in results(out)["cases"]}
+    where = [list(cases[f"test_tiny.py::test_trap[{i}]"]["gpus"]) for i in range(11)]
+    assert all(len(w) == 1 for w in where), where
+    per_gpu = [sum(w == [str(k)] for w in where) for k in range(n_gpus)]
+    assert sum(per_gpu) == 11 and max(per_gpu) - min(per_gpu) <= 1, per_gpu
+    for i in range(3):
+        assert set(cases[f"test_tiny.py::test_load[{i}]"]["gpus"]) == {str(k) for k in range(n_gpus)}
+    assert results(out)["verdict"] == (f"PASS: 15 passed on each of {n_gpus} GPUs ("
+                                       + ", ".join(map(str, range(n_gpus))) + "), 11 trap case(s) once per node")
+    from reports import merge
+    gpus = merge.gpus_of(model.read_results_json(out / "results.json"))
+    assert merge.uneven(gpus) == "" and sum(g["once"] for g in gpus) == 11, gpus
+    if n_gpus == 4:
+        cp, out = _run(tmp_path, "-n", "2", "--traps=all", "--traps-on-every-gpu", gpus=n_gpus,
+                       tree=TRAP_TREE)
+        assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+        cases = {c["id"]: c for c in results(out)["cases"]}
+        assert all(set(cases[f"test_tiny.py::test_trap[{i}]"]["gpus"]) == {"0", "1", "2", "3"}
+                   for i in range(11))
