@@ -158,7 +158,23 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
         "per_worker": per_worker,
         "precompile": tl.get("precompile") or [],
         "lane": tl.get("lane") or None,
+        "contexts": tl.get("contexts") or None,
     }
+
+
+def contexts_lines(cx: dict | None) -> list[str]:
+    """The contexts held on each GPU while the run ran (results.json timeline.contexts)."""
+    if not cx:
+        return []
+    if cx.get("unmeasured"):
+        return ["", f"contexts per GPU: not measured ({cx['unmeasured']})"]
+    out = ["", f"contexts per GPU ({cx.get('source')}, sampled every {cx.get('interval_s')} s):"]
+    for k, g in sorted((cx.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
+        out.append(f"  GPU {k}: at most {g['max']} at {g['at']:.2f} s, median {g['median']:g} "
+                   f"({g['samples']} samples)")
+    if cx.get("stopped"):
+        out.append(f"  sampling stopped early: {cx['stopped']}")
+    return out
 
 
 def text(a: dict) -> str:
@@ -209,6 +225,11 @@ def text(a: dict) -> str:
                       + (f"; {ln.get('not_built')} left to their cases (kernels did not build)"
                          if ln.get("not_built") else "")
                       + (f"; stopped early: {ln['stopped']}" if ln.get("stopped") else "")]
+        if ln.get("end") is not None and t.get("last_case_end") is not None:
+            ahead = t["last_case_end"] - ln["end"]
+            lines.append(f"  the lane ended {abs(ahead):.2f} s {'before' if ahead >= 0 else 'after'} "
+                         f"the workers' last case")
+    lines += contexts_lines(a.get("contexts"))
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]
     lines += [f"  {x['s']:6.2f} s  {x['worker']}  at {x['start']:.2f} s  {x['id']}" for x in lc["top"]]

@@ -163,6 +163,57 @@ def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
     assert "lane" not in timeline.svg(_run(), timeline.analyze(_run()))
 
 
+def test_the_lane_says_whether_it_ended_before_the_workers():
+    run = _run()
+    run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3}
+    assert "the lane ended 1.60 s before the workers' last case" in timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["lane"]["end"] = 6.5
+    assert "the lane ended 0.50 s after the workers' last case" in timeline.text(timeline.analyze(run))
+
+
+def test_the_contexts_per_gpu_are_counted_and_shown(monkeypatch):
+    """The sampler counts each GPU's processes while the run runs (a stand-in for NVML
+    here; ``gpu_contexts.Nvml`` is the real one, which says why where there is no NVML),
+    and ``reports timeline`` prints the highest count per GPU."""
+    from fixtures.cuda_layer import gpu_contexts
+    counts = {0: iter([3, 9, 4, 4, 4, 4, 4, 4, 4, 4] + [4] * 1000), 1: iter([2] * 1000)}
+    sampler = gpu_contexts.Sampler(lambda k: next(counts[k]), [0, 1], interval=0.001).start()
+    import time
+    time.sleep(0.05)
+    rec = sampler.stop(t0=time.time())
+    assert rec["gpus"]["0"]["max"] == 9 and rec["gpus"]["0"]["median"] == 4
+    assert rec["gpus"]["1"]["max"] == 2 and rec["gpus"]["0"]["samples"] > 5 and "stopped" not in rec
+    broken = gpu_contexts.Sampler(lambda k: 1 / 0, [0], interval=0.001).start()
+    time.sleep(0.02)
+    assert broken.stop(0.0)["stopped"].startswith("ZeroDivisionError")
+    run = _run()
+    run.meta["timeline"]["contexts"] = rec
+    text = timeline.text(timeline.analyze(run))
+    assert "contexts per GPU (NVML compute processes, sampled every 0.001 s):" in text
+    assert "  GPU 0: at most 9 at " in text and "  GPU 1: at most 2 at " in text
+    # the real library: on a machine without a driver, one line saying why
+    monkeypatch.setattr(gpu_contexts, "LIBRARY", "libnvidia-ml-absent.so.1")
+    why = gpu_contexts.start([])
+    if isinstance(why, dict):
+        assert why["unmeasured"] and "not measured (" in "\n".join(timeline.contexts_lines(why))
+    else:
+        why.stop(0.0)
+
+
+def test_the_real_nvml_counts_or_says_why():
+    from fixtures.cuda_layer import cuda_env, gpu_contexts
+    state = cuda_env.probe()
+    got = gpu_contexts.start(state.tma_devices if state.available else ())
+    if isinstance(got, dict):
+        assert not state.available and got["unmeasured"], got
+    else:
+        import time
+        time.sleep(0.3)
+        rec = got.stop(time.time())
+        assert set(rec["gpus"]) == {str(d.ordinal) for d in state.tma_devices}, rec
+        assert all(g["samples"] >= 1 and g["max"] >= 0 for g in rec["gpus"].values()), rec
+
+
 def test_what_the_timeline_does_not_cover_of_the_wall_is_unattributed():
     a = timeline.analyze(_run(), wall=10.0)
     assert a["unattributed_s"] == 2.0 and a["unattributed_pct"] == 20.0
