@@ -482,10 +482,12 @@ def run_verdict(run: "Run") -> Verdict:
     if c[PASSED] == 0:
         return Verdict("NOTHING PASSED", "NOTHING PASSED: " + ", ".join(extra), "warn")
     ran = run_gpus(run)
-    on = f" on each of {len(ran)} GPUs ({', '.join(str(g['ordinal']) for g in ran)})" if len(ran) > 1 else ""
+    listed = ", ".join(str(g["ordinal"]) for g in ran)
+    on = f" on each of {len(ran)} GPUs ({listed})" if len(ran) > 1 else ""
     once = sum(1 for r in run.cases.values() if len(r.gpus or {}) == 1) if len(ran) > 1 else 0
     if once:        # the trap cases, dealt over the GPUs (fixtures/plugins/run_control/every_gpu.py)
-        on += f", {once} trap case(s) once per node"
+        on = (f" on {len(ran)} GPUs ({listed}): each ran every case but the {once} trap case(s), "
+              f"each run on one of them")
     apart = skipped_apart(run)
     if apart:
         on += "; " + "; ".join(f"GPU {k} skipped {n} case(s) another GPU ran" for k, n in sorted(apart.items()))

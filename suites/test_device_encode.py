@@ -113,7 +113,7 @@ def ctx(request, gpu, kernels) -> de.Ctx:
     # (de.LoadBatches).
     encodes = de.Encodes(module, everything, sm=gpu.sm)
     selected = engine.selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
-                            __file__)
+                                   __file__, gpu=gpu)
     loads = de.LoadBatches(sm, gpu, kernels, everything, selected)
     c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, encodes, module, fields, wholes, loads)
     yield c

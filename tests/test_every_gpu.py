@@ -374,12 +374,32 @@ def test_a_fingerprint_without_the_driver_fails_the_nodes_case(tmp_path):
 
 
 TRAP_TREE = '''
+    import os
+    from dataclasses import dataclass
+
     import pytest
 
+    from fixtures import engine
+
+
+    @dataclass(frozen=True)
+    class Case:
+        id: str
+
+
+    @pytest.fixture(scope="session")
+    def batch(request, gpu):
+        # what a GPU's batch of these cases holds (engine.batch_fixture's selection)
+        return engine.selected_ids(request.session.items, ("case",), gpu=gpu)
+
     @pytest.mark.trap
-    @pytest.mark.parametrize("i", range(11))
-    def test_trap(gpu, i, request):
+    @pytest.mark.parametrize("case", [Case(str(i)) for i in range(11)], ids=lambda c: c.id)
+    def test_trap(gpu, case, batch, request):
         request.node.user_properties.append(("ran", gpu.ordinal))
+        # each GPU's batch holds the trap cases dealt to it, none of another GPU's (with
+        # --traps-on-every-gpu: all of them)
+        share = 11 if os.environ.get("FAKE_TRAPS_EVERY") else -(-11 // int(os.environ["FAKE_GPUS"]))
+        assert case.id in batch and len(batch) <= share, sorted(batch)
 
     @pytest.mark.parametrize("i", range(3))
     def test_load(gpu, i):
@@ -404,14 +424,14 @@ def test_each_trap_case_runs_once_per_node_dealt_evenly_over_its_gpus(tmp_path, 
     assert sum(per_gpu) == 11 and max(per_gpu) - min(per_gpu) <= 1, per_gpu
     for i in range(3):
         assert set(cases[f"test_tiny.py::test_load[{i}]"]["gpus"]) == {str(k) for k in range(n_gpus)}
-    assert results(out)["verdict"] == (f"PASS: 15 passed on each of {n_gpus} GPUs ("
-                                       + ", ".join(map(str, range(n_gpus))) + "), 11 trap case(s) once per node")
+    assert results(out)["verdict"] == (f"PASS: 15 passed on {n_gpus} GPUs (" + ", ".join(map(str, range(n_gpus)))
+                                       + "): each ran every case but the 11 trap case(s), each run on one of them")
     from reports import merge
     gpus = merge.gpus_of(model.read_results_json(out / "results.json"))
     assert merge.uneven(gpus) == "" and sum(g["once"] for g in gpus) == 11, gpus
     if n_gpus == 4:
         cp, out = _run(tmp_path, "-n", "2", "--traps=all", "--traps-on-every-gpu", gpus=n_gpus,
-                       tree=TRAP_TREE)
+                       tree=TRAP_TREE, env={"FAKE_TRAPS_EVERY": "1"})
         assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
         cases = {c["id"]: c for c in results(out)["cases"]}
         assert all(set(cases[f"test_tiny.py::test_trap[{i}]"]["gpus"]) == {"0", "1", "2", "3"}
