@@ -44,7 +44,7 @@ from pathlib import Path
 from collections import Counter, defaultdict
 
 from .fingerprint import gpu_lines, props_of
-from .model import (FAILED, HARNESS, NOBUILD, STATES, Run, gpu_counts, gpu_label, run_gpus, run_verdict,
+from .model import (FAILED, HARNESS, NOBUILD, STATES, Run, gpu_counts, gpu_label, once_per_node, run_gpus, run_verdict,
                     skipped_apart)
 from .render import Cell, Document, Section, Table, to_html, to_markdown
 
@@ -172,18 +172,11 @@ def gpus_of(r: Run) -> list[dict]:
     """The GPUs a node ran its cases on, each with the states of its cases there, and how
     many of them ran there alone (``once``: a trap case runs once per node, on one of its
     GPUs)."""
-    counts = gpu_counts(r)
-    ran = run_gpus(r)
-    once: dict[int, int] = {}
-    if len(ran) > 1:
-        for c in r.cases.values():
-            g = [int(k) for k in (c.gpus or {}) if str(k).isdigit()]
-            if len(g) == 1:
-                once[g[0]] = once.get(g[0], 0) + 1
+    counts, once = gpu_counts(r), once_per_node(r)
     return [{"gpu": gpu_label(g), "ordinal": g["ordinal"], "uuid": g.get("uuid"),
              "counts": {s: n for s, n in counts.get(int(g["ordinal"]), {}).items() if n},
              "cases": sum(counts.get(int(g["ordinal"]), {}).values()),
-             "once": once.get(int(g["ordinal"]), 0)} for g in ran]
+             "once": once.get(int(g["ordinal"]), 0)} for g in run_gpus(r)]
 
 
 def uneven(gpus: list[dict], apart: dict | None = None) -> str:

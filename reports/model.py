@@ -484,7 +484,7 @@ def run_verdict(run: "Run") -> Verdict:
     ran = run_gpus(run)
     listed = ", ".join(str(g["ordinal"]) for g in ran)
     on = f" on each of {len(ran)} GPUs ({listed})" if len(ran) > 1 else ""
-    once = sum(1 for r in run.cases.values() if len(r.gpus or {}) == 1) if len(ran) > 1 else 0
+    once = sum(once_per_node(run).values())
     if once:        # the trap cases, dealt over the GPUs (fixtures/plugins/run_control/every_gpu.py)
         on = (f" on {len(ran)} GPUs ({listed}): each ran every case but the {once} trap case(s), "
               f"each run on one of them")
@@ -493,6 +493,18 @@ def run_verdict(run: "Run") -> Verdict:
         on += "; " + "; ".join(f"GPU {k} skipped {n} case(s) another GPU ran" for k, n in sorted(apart.items()))
     return Verdict("PASS", f"PASS: {c[PASSED]} passed" + (f" ({', '.join(extra)})" if extra else "") + on,
                    "ok")
+
+
+def once_per_node(run: "Run") -> dict[int, int]:
+    """Per GPU of a run over several, the cases it ran alone (the trap cases, dealt over the
+    node's GPUs: fixtures/plugins/run_control/every_gpu.py); {} for a run on one GPU."""
+    out: dict[int, int] = {}
+    if len(run_gpus(run)) > 1:
+        for r in run.cases.values():
+            g = [int(k) for k in (r.gpus or {}) if str(k).isdigit()]
+            if len(g) == 1:
+                out[g[0]] = out.get(g[0], 0) + 1
+    return out
 
 
 def skipped_apart(run: "Run") -> dict[int, int]:
