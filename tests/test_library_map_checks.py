@@ -363,3 +363,26 @@ def test_a_dropped_view_offset_is_named():
     v = checks.view_verdict(check_at(0x2000), None, 0x1040, 0x1000)
     assert v.errors == [("r", "differs.")]
     assert not checks.view_verdict(check_at(0x1040), None, 0x1040, 0x1000).errors
+
+
+@pytest.mark.parametrize("status,raises", [("CUDA_ERROR_INVALID_CONTEXT", "HarnessError"),
+                                           ("CUDA_ERROR_NOT_INITIALIZED", "HarnessError"),
+                                           ("CUDA_ERROR_INVALID_VALUE", "AssertionError")])
+def test_a_reference_encode_the_process_could_not_make_is_the_harnesss(monkeypatch, status, raises):
+    """The driver's reference map of a data case: refused for its parameters
+    (CUDA_ERROR_INVALID_VALUE), the driver broke a rule the case follows; refused because
+    the process had no context or no driver (a GPU worker that held no context: measured
+    on an H100, driver 580.159.04), the harness could not ask, which no rule decides."""
+    from fixtures.cuda_layer.faults import HarnessError
+    from fixtures.tensormap.encode import EncodeResult
+    from fixtures.tensormap.enums import Swizzle
+    from fixtures.tensormap.params import TiledBox
+    box = TiledBox(dtype=DataType.UINT32, rank=1, global_dim=(59,), global_strides=(), box_dim=(32,),
+                   element_strides=(1,), interleave=Interleave.NONE, swizzle=Swizzle.NONE,
+                   oob_fill=OobFill.NONE, coords=(56,), smem_offset=0)
+    monkeypatch.setattr(TiledBox, "encode", lambda self, address, l2=None: EncodeResult(201, status, None))
+    with pytest.raises(HarnessError if raises == "HarnessError" else AssertionError) as info:
+        checks.encode(box, 1 << 20)
+    assert status in str(info.value)
+    assert (type(info.value) is HarnessError) == (raises == "HarnessError")
+    assert str(info.value).startswith("harness:") == (raises == "HarnessError")
