@@ -96,3 +96,39 @@ def cupy_error(under: bool):
         with under_test("the operation"):
             raise CUDARuntimeError(2)
     raise CUDARuntimeError(2)
+
+
+def nap(seconds):
+    """Sleep, then say which process slept (the GPU service's calls at once)."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def environ(name):
+    return os.environ.get(name)
+
+
+def imported(name):
+    """Was module ``name`` imported in this process before the call (the GPU service's
+    children start with its imports)?"""
+    import sys
+    return name in sys.modules
+
+
+class Unreadable:
+    """An argument the GPU service cannot unpickle (its environment names the user's
+    hardware queues), which any other process can: the service refuses the request."""
+
+    def __reduce__(self):
+        return (_readable, ())
+
+
+def _readable():
+    from fixtures.cuda_layer.gpu_service import USER_QUEUES
+    if USER_QUEUES in os.environ:
+        raise RuntimeError("the GPU service cannot read this")
+    return "read"
+
+
+def read(value):
+    return value

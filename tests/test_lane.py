@@ -110,12 +110,16 @@ def test_the_second_process_reads_the_jobs_of_the_first(joined):
 
 def test_a_run_without_jobs_ends_the_lane(joined):
     """The lane started with the run; the first process to collect has none of its
-    cases: the lane ends at once (its children's contexts closed)."""
+    cases: the lane's part ends at once (its summary written); its GPU service serves on
+    (its children open) until the controller stops it, which then says what it served."""
     j = begin(joined, [])
-    assert j.proc.wait(30) == 0
+    wait_for(lambda: (joined / trap_lane.SUMMARY).exists())
+    assert j.proc.poll() is None
     summary = trap_lane.stop(joined)
+    assert j.proc.wait(30) == 0
     assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
     assert summary["jobs_at"] >= summary["start"]
+    assert summary["service"]["calls"] == {} and summary["service"]["children"] == trap_lane.CHILDREN
 
 
 def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):

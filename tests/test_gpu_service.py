@@ -1,0 +1,200 @@
+"""The run's GPU service (fixtures/cuda_layer/gpu_service.py): every process's isolated
+calls on a GPU run in the children of one process, no more than its pool's whatever the
+number of callers; a trap in one child costs the others nothing; the outcome is the one
+the caller's own child would have given; a service that is not there, dies or refuses
+leaves the call to the caller's own children.
+
+On this CPU machine the calls name no GPU (device None): the service's children are
+real processes, its socket, protocol and pool are the run's."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from fixtures.cuda_layer import cuda_env, gpu_service, isolation, trap_lane
+from fixtures.cuda_layer.isolation import IsolatedRunner
+
+FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+
+
+@pytest.fixture
+def service(tmp_path):
+    """A lane with no jobs, started as the controller starts it: its service serves on."""
+    path = tmp_path / "gpu"
+    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",))
+    trap_lane.join(path, [], None)
+    runners: list = []
+
+    def make(name: str = "batches") -> gpu_service.ServiceRunner:
+        r = gpu_service.ServiceRunner(path, name, None, IsolatedRunner())
+        runners.append(r)
+        return r
+
+    make.path, make.proc = path, proc
+    yield make
+    for r in runners:
+        r.stop()
+    gpu_service.leave()
+    trap_lane.leave()
+    trap_lane.stop(path)
+
+
+def call(r, name, *args, **kw):
+    return r.call(f"isolation_targets:{name}", *args, device=None, **kw)
+
+
+def test_the_calls_of_many_callers_share_at_most_contexts_children(service):
+    """Sixteen callers at once (two processes' eight workers' worth): every call is
+    answered by a child of the service, never the caller's own, and the service opened
+    at most GENERAL children for them (one more with the streams child)."""
+    runners = [service() for _ in range(16)]
+    pids: list = [None] * len(runners)
+
+    def one(i):
+        pids[i] = [call(runners[i], "nap", 0.2).value for _ in range(3)]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runners))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    seen = {p for ps in pids for p in ps}
+    assert None not in seen and os.getpid() not in seen
+    assert 1 <= len(seen) <= gpu_service.GENERAL, seen
+    assert all(r.local.started == 0 and not r.down for r in runners)
+    served = trap_lane.stop(service.path)["service"]
+    assert served["calls"] == {"batches": 48} and served["children"] <= gpu_service.GENERAL, served
+    assert served["connections"] == 16 and served["peak_busy"] <= gpu_service.GENERAL
+
+
+def test_a_trap_costs_the_other_callers_nothing(service):
+    """A call that traps poisons its child alone: its outcome says so, as the caller's
+    own child's would; calls beside it return; the next call gets a fresh child."""
+    a, b = service(), service("alone")
+    slow: dict = {}
+    t = threading.Thread(target=lambda: slow.update(out=call(a, "nap", 1.0)))
+    t.start()
+    time.sleep(0.2)
+    trapped = call(b, "poison_with_error")
+    t.join(60)
+    assert trapped.kind == "cuda_error" and trapped.poisoned, trapped
+    assert slow["out"].kind == "returned", slow
+    assert call(b, "add", 2, 3).value == 5
+    assert trapped.value is None or True      # the value of a trapped call is the child's to give
+    assert {call(a, "pid").value, call(b, "pid").value} <= set(range(1, 1 << 22))
+
+
+def test_outcomes_are_the_callers_own_childs(service):
+    """Values, exceptions, CUDA errors, hangs and crashes come back as the same Outcome a
+    process's own child gives."""
+    r, own = service(), IsolatedRunner()
+    try:
+        for name, args, kw in [("add", (2, 3), {"scale": 4}), ("boom", (), {}), ("cuda_fault", (), {}),
+                               ("crash", (), {}), ("hang", (), {"timeout": 1.0})]:
+            got, want = call(r, name, *args, **kw), call(own, name, *args, **kw)
+            assert (got.kind, got.error.split(" with status")[0], got.poisoned, got.value) == \
+                   (want.kind, want.error.split(" with status")[0], want.poisoned, want.value), name
+    finally:
+        own.stop()
+
+
+@pytest.mark.filterwarnings(FORK_WARNING)
+def test_the_children_start_with_the_services_imports(service):
+    """The service imports the library runtimes once (here ``json`` stands for them) and
+    forks its children after: a child has them before its first call."""
+    r = service()
+    # the first child may be forked before the imports; the others after them
+    seen = {call(r, "imported", "json").value for _ in range(3)}
+    assert True in seen
+
+
+@pytest.mark.parametrize("user", [None, "4"], ids=["unset", "user-4"])
+def test_the_streams_child_has_the_users_queues(tmp_path, monkeypatch, user):
+    """The service's children have one hardware queue, but the one of ``streams`` calls,
+    which has the user's setting (the run passes it to the service)."""
+    monkeypatch.setattr(cuda_env, "_user_connections", user)
+    monkeypatch.setenv(cuda_env.CONNECTIONS, "1")
+    path = tmp_path / "gpu"
+    trap_lane.start(path, None, os.getpid())
+    trap_lane.join(path, [], None)
+    gpu_service.use({None: path})
+    monkeypatch.setattr(isolation, "_runners", {})
+    try:
+        seen = {kw: isolation.run_isolated("isolation_targets:environ", cuda_env.CONNECTIONS, device=None,
+                                           **{kw: True}).value for kw in ("alone", "streams")}
+        assert seen == {"alone": "1", "streams": user}
+        assert all(isinstance(r, gpu_service.ServiceRunner) and r.local.started == 0
+                   for r in isolation._runners.values())
+        assert trap_lane.stop(path)["service"]["calls"] == {"alone": 1, "streams": 1}
+    finally:
+        for r in isolation._runners.values():
+            r.stop()
+        gpu_service.leave()
+        trap_lane.leave()
+        trap_lane.stop(path)
+
+
+def test_a_dead_service_leaves_the_calls_to_the_callers_children(service):
+    """The service dies: the call that found it gone runs in the caller's own child, and
+    so does every later one; the caller says why it gave the service up."""
+    r = service()
+    assert call(r, "pid").value != os.getpid()
+    os.kill(int((service.path / trap_lane.PID).read_text()), signal.SIGKILL)
+    service.proc.wait(10)
+    out = call(r, "add", 1, 2)
+    assert out.kind == "returned" and out.value == 3 and r.local.started == 1
+    assert r.down and gpu_service.GIVEN_UP[-1][0] == "batches"
+    assert call(r, "add", 2, 2).value == 4 and r.local.started == 1
+
+
+def test_a_service_that_never_started_is_given_up(tmp_path, monkeypatch):
+    """No socket within CONNECT_S: the caller's own child makes the call."""
+    monkeypatch.setattr(gpu_service, "CONNECT_S", 0.3)
+    (tmp_path / "gpu").mkdir()
+    r = gpu_service.ServiceRunner(tmp_path / "gpu", "batches", None, IsolatedRunner())
+    try:
+        assert call(r, "add", 1, 1).value == 2 and "no GPU service" in r.down
+    finally:
+        r.stop()
+        gpu_service.leave()
+
+
+def test_a_request_the_service_cannot_read_is_made_by_the_caller(service):
+    """The service refuses a request it cannot unpickle: that call, and only it, runs in
+    the caller's own child."""
+    from isolation_targets import Unreadable
+    r = service()
+    out = call(r, "read", Unreadable())
+    assert (out.kind, out.value) == ("returned", "read") and r.local.started == 1 and not r.down
+    assert call(r, "pid").value != r.local.proc.pid
+    assert trap_lane.stop(service.path)["service"]["refused"] == 1
+
+
+def test_the_pool_never_opens_more_than_its_children(monkeypatch):
+    """However many threads ask at once, the pool hands out at most GENERAL general
+    runners and one streams runner, each to one caller at a time."""
+    pool = gpu_service.Pool(None, None, general=3)
+    busy, most, lock = set(), [0], threading.Lock()
+
+    def one(name):
+        r = pool.acquire(name)
+        with lock:
+            assert id(r) not in busy
+            busy.add(id(r))
+            most[0] = max(most[0], len(busy))
+        time.sleep(0.01)
+        with lock:
+            busy.discard(id(r))
+        pool.release(r)
+
+    threads = [threading.Thread(target=one, args=("streams" if i % 5 == 0 else "batches",)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(pool.general) == 3 and pool.streams is not None and most[0] <= 4
+    assert sum(pool.calls.values()) == 40 and pool.summary()["children"] == 4
