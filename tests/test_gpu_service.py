@@ -25,7 +25,7 @@ FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:Deprecatio
 def service(tmp_path):
     """A lane with no jobs, started as the controller starts it: its service serves on."""
     path = tmp_path / "gpu"
-    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",))
+    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",), children=gpu_service.GENERAL)
     trap_lane.join(path, [], None)
     runners: list = []
 
@@ -69,6 +69,25 @@ def test_the_calls_of_many_callers_share_at_most_contexts_children(service):
     served = trap_lane.stop(service.path)["service"]
     assert served["calls"] == {"batches": 48} and served["children"] <= gpu_service.GENERAL, served
     assert served["connections"] == 16 and served["peak_busy"] <= gpu_service.GENERAL
+
+
+def test_a_callers_calls_stay_in_its_child_while_it_is_idle(service):
+    """Each caller's calls go to the child its last call took when that one is idle (its
+    compiled kernels are there), not round the pool; a caller whose child is busy takes
+    another."""
+    a, b = service(), service()
+    first = call(a, "pid").value
+    assert [call(a, "pid").value for _ in range(5)] == [first] * 5
+    other = call(b, "pid").value
+    assert [call(b, "pid").value for _ in range(3)] == [other] * 3
+    busy: dict = {}
+    t = threading.Thread(target=lambda: busy.update(out=call(a, "nap", 1.0)))
+    t.start()
+    time.sleep(0.3)
+    c = service()
+    assert call(c, "pid").value not in (first,)     # a's child is busy: c takes another
+    t.join(60)
+    assert busy["out"].value == first
 
 
 def test_a_trap_costs_the_other_callers_nothing(service):

@@ -122,6 +122,17 @@ def test_a_run_without_jobs_ends_the_lane(joined):
     assert summary["service"]["calls"] == {} and summary["service"]["children"] == trap_lane.CHILDREN
 
 
+def test_a_lane_without_its_service_ends_with_its_jobs(joined):
+    """``--gpu-service off``: the lane runs its jobs and ends, as it did before it served
+    the workers; it opens no socket."""
+    proc = trap_lane.start(joined, None, os.getpid(), service=False)
+    trap_lane.join(joined, [job("add", 1, 2)], None)
+    assert trap_lane.take(job("add", 1, 2).key, None).value == 3
+    assert proc.wait(30) == 0 and not (joined / "sock").exists()
+    summary = trap_lane.stop(joined)
+    assert summary["ran"] == 1 and "service" not in summary
+
+
 def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
     """The lane's child cannot see its GPU (here: no driver at all): the case takes the
     outcome no_gpu, and this process records the loss as for its own call (isolation's
