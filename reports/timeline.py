@@ -229,6 +229,13 @@ def text(a: dict) -> str:
             ahead = t["last_case_end"] - ln["end"]
             lines.append(f"  the lane ended {abs(ahead):.2f} s {'before' if ahead >= 0 else 'after'} "
                          f"the workers' last case")
+        sv = ln.get("service")
+        if sv:
+            calls = ", ".join(f"{k} {v}" for k, v in sorted((sv.get("calls") or {}).items()))
+            lines.append(f"  GPU service (--gpu-service on): calls {calls or 'none'}; {sv.get('children')} "
+                         f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
+                         f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
+                         f"connections, {sv.get('refused', 0)} requests refused")
     lines += contexts_lines(a.get("contexts"))
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]

@@ -436,3 +436,27 @@ def test_each_trap_case_runs_once_per_node_dealt_evenly_over_its_gpus(tmp_path, 
         cases = {c["id"]: c for c in results(out)["cases"]}
         assert all(set(cases[f"test_tiny.py::test_trap[{i}]"]["gpus"]) == {"0", "1", "2", "3"}
                    for i in range(11))
+
+
+SERVICE_TREE = '''
+    import os, pytest
+    from fixtures.cuda_layer import isolation
+
+    @pytest.mark.parametrize("i", range(4))
+    def test_runner(gpu, i):
+        kinds = {name: type(isolation.runner(name, gpu.ordinal)).__name__
+                 for name in isolation.RUNNERS}
+        assert set(kinds.values()) == {os.environ["FAKE_RUNNER_KIND"]}, kinds
+'''
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("option,kind", [("on", "ServiceRunner"), ("off", "IsolatedRunner")])
+def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, option, kind):
+    """``--gpu-service on``: every worker's runners of every GPU send their calls to that
+    GPU's service (the lane's process); ``off`` (the default): each worker's own."""
+    cp, out = _run(tmp_path, "-n", "4", f"--gpu-service={option}", gpus=2, tree=SERVICE_TREE,
+                   env={"FAKE_RUNNER_KIND": kind})
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    cases = [c for c in results(out)["cases"] if "test_runner" in c["id"]]
+    assert len(cases) == 4 and all(c["gpus"] == {"0": "passed", "1": "passed"} for c in cases), cases

@@ -25,7 +25,8 @@ FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:Deprecatio
 def service(tmp_path):
     """A lane with no jobs, started as the controller starts it: its service serves on."""
     path = tmp_path / "gpu"
-    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",), children=gpu_service.GENERAL)
+    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",), children=gpu_service.GENERAL,
+                           service=True)
     trap_lane.join(path, [], None)
     runners: list = []
 
@@ -69,6 +70,22 @@ def test_the_calls_of_many_callers_share_at_most_contexts_children(service):
     served = trap_lane.stop(service.path)["service"]
     assert served["calls"] == {"batches": 48} and served["children"] <= gpu_service.GENERAL, served
     assert served["connections"] == 16 and served["peak_busy"] <= gpu_service.GENERAL
+
+
+def test_the_lanes_part_ends_and_the_service_serves_on(service):
+    """The first process to collect has no trap case: the lane's part ends at once (its
+    summary written), the service serves on with its children open until the controller
+    stops it, which then says what it served."""
+    r = service()
+    deadline = time.monotonic() + 30
+    while not (service.path / trap_lane.SUMMARY).exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert service.proc.poll() is None and call(r, "add", 1, 2).value == 3
+    summary = trap_lane.stop(service.path)
+    assert service.proc.wait(30) == 0
+    assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
+    assert summary["service"]["calls"] == {"batches": 1} and summary["service"]["children"] == gpu_service.GENERAL
 
 
 def test_a_callers_calls_stay_in_its_child_while_it_is_idle(service):
@@ -138,7 +155,7 @@ def test_the_streams_child_has_the_users_queues(tmp_path, monkeypatch, user):
     monkeypatch.setattr(cuda_env, "_user_connections", user)
     monkeypatch.setenv(cuda_env.CONNECTIONS, "1")
     path = tmp_path / "gpu"
-    trap_lane.start(path, None, os.getpid())
+    trap_lane.start(path, None, os.getpid(), service=True)
     trap_lane.join(path, [], None)
     gpu_service.use({None: path})
     monkeypatch.setattr(isolation, "_runners", {})

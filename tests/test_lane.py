@@ -110,27 +110,14 @@ def test_the_second_process_reads_the_jobs_of_the_first(joined):
 
 def test_a_run_without_jobs_ends_the_lane(joined):
     """The lane started with the run; the first process to collect has none of its
-    cases: the lane's part ends at once (its summary written); its GPU service serves on
-    (its children open) until the controller stops it, which then says what it served."""
+    cases: the lane ends at once (its children's contexts closed), opening no socket
+    (it serves the workers only with ``--gpu-service on``: tests/test_gpu_service.py)."""
     j = begin(joined, [])
-    wait_for(lambda: (joined / trap_lane.SUMMARY).exists())
-    assert j.proc.poll() is None
-    summary = trap_lane.stop(joined)
     assert j.proc.wait(30) == 0
-    assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
-    assert summary["jobs_at"] >= summary["start"]
-    assert summary["service"]["calls"] == {} and summary["service"]["children"] == trap_lane.CHILDREN
-
-
-def test_a_lane_without_its_service_ends_with_its_jobs(joined):
-    """``--gpu-service off``: the lane runs its jobs and ends, as it did before it served
-    the workers; it opens no socket."""
-    proc = trap_lane.start(joined, None, os.getpid(), service=False)
-    trap_lane.join(joined, [job("add", 1, 2)], None)
-    assert trap_lane.take(job("add", 1, 2).key, None).value == 3
-    assert proc.wait(30) == 0 and not (joined / "sock").exists()
+    assert not (joined / "sock").exists()
     summary = trap_lane.stop(joined)
-    assert summary["ran"] == 1 and "service" not in summary
+    assert summary["jobs"] == summary["ran"] == 0 and "stopped" not in summary
+    assert summary["jobs_at"] >= summary["start"] and "service" not in summary
 
 
 def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):

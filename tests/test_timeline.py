@@ -171,6 +171,21 @@ def test_the_lane_says_whether_it_ended_before_the_workers():
     assert "the lane ended 0.50 s after the workers' last case" in timeline.text(timeline.analyze(run))
 
 
+def test_the_gpu_service_says_what_it_served():
+    """With ``--gpu-service on`` the lane's summary carries what its service served (the
+    controller reads it as the service ends): calls by runner, children, how long calls
+    waited for one; without, no line."""
+    run = _run()
+    run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3}
+    assert "GPU service" not in timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["lane"]["service"] = {"calls": {"batches": 2930, "alone": 29, "streams": 2},
+                                               "children": 9, "child_starts": 35, "queued_s": 0.319,
+                                               "peak_busy": 8, "connections": 14, "refused": 0}
+    assert ("GPU service (--gpu-service on): calls alone 29, batches 2930, streams 2; 9 children, "
+            "35 started, at most 8 busy; 0.32 s waiting for a child; 14 connections, 0 requests "
+            "refused") in timeline.text(timeline.analyze(run))
+
+
 def test_the_contexts_per_gpu_are_counted_and_shown(monkeypatch):
     """The sampler counts each GPU's processes while the run runs (a stand-in for NVML
     here; ``gpu_contexts.Nvml`` is the real one, which says why where there is no NVML),
