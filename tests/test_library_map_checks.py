@@ -367,12 +367,15 @@ def test_a_dropped_view_offset_is_named():
 
 @pytest.mark.parametrize("status,raises", [("CUDA_ERROR_INVALID_CONTEXT", "HarnessError"),
                                            ("CUDA_ERROR_NOT_INITIALIZED", "HarnessError"),
-                                           ("CUDA_ERROR_INVALID_VALUE", "AssertionError")])
+                                           ("CUDA_ERROR_DEINITIALIZED", "HarnessError"),
+                                           ("CUDA_ERROR_INVALID_VALUE", "AssertionError"),
+                                           ("CUDA_ERROR_NOT_SUPPORTED", "AssertionError")])
 def test_a_reference_encode_the_process_could_not_make_is_the_harnesss(monkeypatch, status, raises):
     """The driver's reference map of a data case: refused for its parameters
     (CUDA_ERROR_INVALID_VALUE), the driver broke a rule the case follows; refused because
     the process had no context or no driver (a GPU worker that held no context: measured
-    on an H100, driver 580.159.04), the harness could not ask, which no rule decides."""
+    on an H100, driver 580.159.04), the harness could not ask, which no rule decides; any
+    other status (one the documents do not list) is the driver's answer, a broken rule."""
     from fixtures.cuda_layer.faults import HarnessError
     from fixtures.tensormap.encode import EncodeResult
     from fixtures.tensormap.enums import Swizzle
