@@ -234,3 +234,43 @@ def test_the_pool_never_opens_more_than_its_children(monkeypatch):
         t.join()
     assert len(pool.general) == 3 and pool.streams is not None and most[0] <= 4
     assert sum(pool.calls.values()) == 40 and pool.summary()["children"] == 4
+
+
+class _Child:
+    """A runner as the pool sees it, without a process: started and still owing its
+    warm-up replies (as a child prestarted on a GPU is until its first call)."""
+
+    def __init__(self):
+        self.proc, self._warming, self.started, self.warm_call = object(), 1, 1, None
+
+    def call(self, target, *args, device=None, timeout=60.0, **kwargs):
+        self._warming = 0              # its first call reads the warm-up replies
+        return isolation.Outcome("returned", value=id(self))
+
+    def prestart(self, device=None):
+        pass
+
+    def stop(self):
+        pass
+
+
+def test_each_connection_gets_a_child_of_its_own_while_the_pool_has_them(monkeypatch):
+    """Four connections' first calls, one after another, each take a child no other
+    connection holds (not the one the last call used, however its warm-up stands); their
+    later calls stay there; a fifth connection shares, the least recently used."""
+    pool = gpu_service.Pool(None, None, general=4)
+    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    pool.open(4)
+    last: dict = {}
+    for rounds in range(3):
+        for conn in "abcd":
+            out, took = pool.call("batches", "t:f", prefer=last.get(conn))
+            if took is not last.get(conn):
+                pool.hold(last.get(conn), took)
+                last[conn] = took
+    assert len({id(r) for r in last.values()}) == 4 and len(pool.general) == 4
+    out, took = pool.call("batches", "t:f")
+    assert took is last["a"]            # all held: the least recently used
+    for conn in "abcd":                 # connections closed: their children are free again
+        pool.hold(last[conn], None)
+    assert not +pool._held

@@ -120,6 +120,16 @@ def test_a_run_without_jobs_ends_the_lane(joined):
     assert summary["jobs_at"] >= summary["start"] and "service" not in summary
 
 
+def test_the_lanes_own_children_are_taken_in_turn(joined):
+    """Without a service the lane takes its CHILDREN children in turn, job after job, so
+    that a child poisoned by a trap has the others' jobs' time to start again."""
+    jobs = [job("nap", i / 1e6) for i in range(trap_lane.CHILDREN + 2)]
+    begin(joined, jobs)
+    pids = [trap_lane.take(j.key, None).value for j in jobs]
+    n = trap_lane.CHILDREN
+    assert len(set(pids[:n])) == n and pids[n:] == pids[:2], pids
+
+
 def test_a_gpu_the_lane_lost_is_lost_for_the_case(joined):
     """The lane's child cannot see its GPU (here: no driver at all): the case takes the
     outcome no_gpu, and this process records the loss as for its own call (isolation's
