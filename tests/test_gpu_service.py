@@ -25,8 +25,8 @@ FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:Deprecatio
 def service(tmp_path):
     """A lane with no jobs, started as the controller starts it: its service serves on."""
     path = tmp_path / "gpu"
-    proc = trap_lane.start(path, None, os.getpid(), later_modules=("json",), children=gpu_service.GENERAL,
-                           service=True)
+    proc = trap_lane.start(path, None, os.getpid(), later_modules=("preloaded_marker",),
+                           children=gpu_service.GENERAL, service=True)
     trap_lane.join(path, [], None)
     runners: list = []
 
@@ -111,6 +111,8 @@ def test_a_trap_costs_the_other_callers_nothing(service):
     """A call that traps poisons its child alone: its outcome says so, as the caller's
     own child's would; calls beside it return; the next call gets a fresh child."""
     a, b = service(), service("alone")
+    a_pid, b_pid = call(a, "pid").value, call(b, "pid").value
+    assert a_pid != b_pid
     slow: dict = {}
     t = threading.Thread(target=lambda: slow.update(out=call(a, "nap", 1.0)))
     t.start()
@@ -118,10 +120,10 @@ def test_a_trap_costs_the_other_callers_nothing(service):
     trapped = call(b, "poison_with_error")
     t.join(60)
     assert trapped.kind == "cuda_error" and trapped.poisoned, trapped
-    assert slow["out"].kind == "returned", slow
-    assert call(b, "add", 2, 3).value == 5
-    assert trapped.value is None or True      # the value of a trapped call is the child's to give
-    assert {call(a, "pid").value, call(b, "pid").value} <= set(range(1, 1 << 22))
+    assert slow["out"].kind == "returned" and slow["out"].value == a_pid, slow
+    assert call(a, "pid").value == a_pid                # a's child lived through b's trap
+    assert call(b, "pid").value not in (a_pid, b_pid)   # b's was replaced by a fresh one
+    assert b.local.started == 0
 
 
 def test_outcomes_are_the_callers_own_childs(service):
@@ -134,18 +136,23 @@ def test_outcomes_are_the_callers_own_childs(service):
             got, want = call(r, name, *args, **kw), call(own, name, *args, **kw)
             assert (got.kind, got.error.split(" with status")[0], got.poisoned, got.value) == \
                    (want.kind, want.error.split(" with status")[0], want.poisoned, want.value), name
+        assert r.local.started == 0 and not r.down       # every one of them the service's
     finally:
         own.stop()
 
 
 @pytest.mark.filterwarnings(FORK_WARNING)
 def test_the_children_start_with_the_services_imports(service):
-    """The service imports the library runtimes once (here ``json`` stands for them) and
-    forks its children after: a child has them before its first call."""
-    r = service()
-    # the first child may be forked before the imports; the others after them
-    seen = {call(r, "imported", "json").value for _ in range(3)}
-    assert True in seen
+    """The service imports the library runtimes once (here tests/preloaded_marker.py
+    stands for them) and forks its later children after: they have them before their
+    first call (the first child is forked before, to open the GPU at once)."""
+    runners = [service() for _ in range(gpu_service.GENERAL)]
+    deadline = time.monotonic() + 30                     # the lane's part done: its children open
+    while not (service.path / trap_lane.SUMMARY).exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    seen = [call(r, "imported", "preloaded_marker").value for r in runners]
+    assert seen.count(True) >= gpu_service.GENERAL - 1, seen
 
 
 @pytest.mark.parametrize("user", [None, "4"], ids=["unset", "user-4"])
@@ -274,3 +281,31 @@ def test_each_connection_gets_a_child_of_its_own_while_the_pool_has_them(monkeyp
     for conn in "abcd":                 # connections closed: their children are free again
         pool.hold(last[conn], None)
     assert not +pool._held
+
+
+def test_a_socket_that_cannot_be_made_sends_the_calls_home_at_once(tmp_path):
+    """The service cannot make its socket (here: a path longer than a Unix socket's): the
+    lane says why in its folder, runs its jobs with its own four children, and a worker's
+    runners make their calls themselves at once, not after CONNECT_S each."""
+    path = tmp_path / ("x" * 120) / "gpu"
+    proc = trap_lane.start(path, None, os.getpid(), children=6, service=True)
+    jobs = [trap_lane.Job(key=trap_lane.key_of("nap", i), target="isolation_targets:nap", args=(i / 1e6,))
+            for i in range(6)]
+    trap_lane.join(path, jobs, None)
+    runners: list = []
+    try:
+        runners += [gpu_service.ServiceRunner(path, name, None, IsolatedRunner()) for name in ("batches", "alone")]
+        t0 = time.monotonic()
+        assert [call(r, "add", 1, 1).value for r in runners] == [2, 2]
+        assert time.monotonic() - t0 < gpu_service.CONNECT_S / 3
+        assert "no GPU service" in runners[0].down and runners[1].down == runners[0].down
+        assert "AF_UNIX path too long" in runners[0].down or "too long" in runners[0].down
+        assert all(trap_lane.take(j.key, None).kind == "returned" for j in jobs)
+        assert proc.wait(30) == 0
+        assert trap_lane.stop(path)["children"] == trap_lane.CHILDREN    # not the 6 asked of a service
+    finally:
+        for r in runners:
+            r.stop()
+        gpu_service.leave()
+        trap_lane.leave()
+        trap_lane.stop(path)
