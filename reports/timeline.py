@@ -159,6 +159,7 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
         "precompile": tl.get("precompile") or [],
         "lane": tl.get("lane") or None,
         "contexts": tl.get("contexts") or None,
+        "gpu_service_given_up": tl.get("gpu_service_given_up") or None,
     }
 
 
@@ -236,6 +237,10 @@ def text(a: dict) -> str:
                          f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
                          f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
                          f"connections, {sv.get('refused', 0)} requests refused")
+    for wid, given in sorted((a.get("gpu_service_given_up") or {}).items()):
+        lines.append(f"  {wid} gave the GPU service up: " + "; ".join(
+            f"{name} on GPU {gpu}: {why}" for name, gpu, why in given)
+            + " (its calls ran in its own children after)")
     lines += contexts_lines(a.get("contexts"))
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]

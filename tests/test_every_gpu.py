@@ -447,6 +447,9 @@ SERVICE_TREE = '''
         kinds = {name: type(isolation.runner(name, gpu.ordinal)).__name__
                  for name in isolation.RUNNERS}
         assert set(kinds.values()) == {os.environ["FAKE_RUNNER_KIND"]}, kinds
+        if i == 0 and gpu.ordinal == 1:      # as a runner does that gives its service up
+            from fixtures.cuda_layer import gpu_service
+            gpu_service.GIVEN_UP.append(("batches", 1, "planted"))
 '''
 
 
@@ -460,3 +463,6 @@ def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, o
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
     cases = [c for c in results(out)["cases"] if "test_runner" in c["id"]]
     assert len(cases) == 4 and all(c["gpus"] == {"0": "passed", "1": "passed"} for c in cases), cases
+    worker = next(c["worker"] for c in cases if c["id"].endswith("[0]"))
+    # a worker's runners that gave the service up reach results.json, named by worker
+    assert results(out)["timeline"]["gpu_service_given_up"] == {worker: [["batches", 1, "planted"]]}

@@ -184,6 +184,9 @@ def test_the_gpu_service_says_what_it_served():
     assert ("GPU service (--gpu-service on): calls alone 29, batches 2930, streams 2; 9 children, "
             "35 started, at most 8 busy; 0.32 s waiting for a child; 14 connections, 0 requests "
             "refused") in timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["gpu_service_given_up"] = {"gw3": [["batches", 0, "no answer within 360 s"]]}
+    assert ("gw3 gave the GPU service up: batches on GPU 0: no answer within 360 s (its calls ran in "
+            "its own children after)") in timeline.text(timeline.analyze(run))
 
 
 def test_the_contexts_per_gpu_are_counted_and_shown(monkeypatch):
