@@ -283,6 +283,61 @@ def test_each_connection_gets_a_child_of_its_own_while_the_pool_has_them(monkeyp
     assert not +pool._held
 
 
+def test_the_calls_that_may_trap_never_take_a_workers_child(monkeypatch):
+    """The calls that run alone (the lane's jobs, the workers' cases that may trap) take
+    the pool's "alone" children, the least recently used first and never more than its
+    ALONE, never a general child however idle those are; the lane's end keeps one."""
+    pool = gpu_service.Pool(None, None, general=2, alone=3)
+    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    pool.open(2)
+    pool.open(5, "alone")
+    assert len(pool.general) == 2 and len(pool.alone) == 3
+    took = [pool.call("alone", "t:f", prefer=pool.general[0])[1] for _ in range(6)]
+    assert not {id(r) for r in took} & {id(r) for r in pool.general}
+    assert [id(r) for r in took] == [id(r) for r in took[:3]] * 2 and len(set(map(id, took))) == 3
+    held = [pool.acquire("alone") for _ in range(3)]         # all busy: the next one waits
+    waiting: dict = {}
+    t = threading.Thread(target=lambda: waiting.update(r=pool.acquire("alone")))
+    t.start()
+    t.join(0.2)
+    assert t.is_alive() and len(pool.alone) == 3
+    pool.release(held[1])
+    t.join(10)
+    assert waiting["r"] is held[1]
+    for r in (held[0], held[2], waiting["r"]):
+        pool.release(r)
+    pool.keep_alone(1)
+    assert len(pool.alone) == 1 and len(pool.general) == 2
+    assert pool.summary()["calls"] == {"alone": 10}
+
+
+def test_the_lanes_traps_leave_the_workers_children_alone(tmp_path):
+    """A lane whose jobs all trap, beside a worker's batches: every job's outcome is the
+    trap's, the worker's child (the pool's one general child) is the same process before
+    and after them (its loaded kernels kept), and the service keeps one "alone" child once
+    the jobs are done."""
+    path = tmp_path / "gpu"
+    proc = trap_lane.start(path, None, os.getpid(), children=1, service=True)
+    r = gpu_service.ServiceRunner(path, "batches", None, IsolatedRunner())
+    try:
+        before = call(r, "pid").value
+        jobs = [trap_lane.Job(key=trap_lane.key_of("poison", i), target="isolation_targets:poison_with_error",
+                              args=()) for i in range(6)]
+        trap_lane.join(path, jobs, None)
+        outs = [trap_lane.take(j.key, None) for j in jobs]
+        assert all(o is not None and o.kind == "cuda_error" and o.poisoned for o in outs), outs
+        assert call(r, "pid").value == before and r.local.started == 0
+        summary = trap_lane.stop(path)
+        assert proc.wait(30) == 0
+        assert summary["ran"] == 6 and summary["outcomes"] == {"cuda_error": 6}
+        assert summary["service"]["children"] == 1 + 1, summary      # the general one, one alone kept
+    finally:
+        r.stop()
+        gpu_service.leave()
+        trap_lane.leave()
+        trap_lane.stop(path)
+
+
 def test_a_socket_that_cannot_be_made_sends_the_calls_home_at_once(tmp_path):
     """The service cannot make its socket (here: a path longer than a Unix socket's): the
     lane says why in its folder, runs its jobs with its own four children, and a worker's
