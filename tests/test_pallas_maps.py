@@ -59,12 +59,20 @@ def test_the_cases_of_a_level():
     assert len(std) + len(lm.pallas_unaligned_cases("standard")) == 468
 
 
-def test_the_cases_of_a_data_type_are_one_scheduling_unit():
+def test_the_cases_of_an_element_width_are_one_scheduling_unit():
+    """Every data type of a width shares its unit (one worker imports JAX for them), and no
+    compiled kernel's batch spans two units; standard's nine data types make four units."""
     f = "suites/test_library_maps.py::test_pallas_{}[{}]"
-    units = {scope_of(f.format(t, c.id)) for t in ("copy", "unaligned")
-             for c in lm.pallas_cases("smoke") + lm.pallas_unaligned_cases("smoke")
-             if c.id.startswith("f16-")}
-    assert units == {"suites/test_library_maps.py::test_pallas_*[f16]"}
+    cases = lm.pallas_cases("standard") + lm.pallas_unaligned_cases("standard")
+    unit = {c.id: scope_of(f.format("copy", c.id)) for c in cases}
+    assert {scope_of(f.format(t, c.id)) for t in ("copy", "unaligned") for c in cases
+            if c.id.split("-")[0] in ("f16", "bf16", "u16")} == {
+        "suites/test_library_maps.py::test_pallas_*[w16]"}
+    assert len(set(unit.values())) == 4
+    by_kernel: dict = {}
+    for c in cases:
+        by_kernel.setdefault(c.compile_key(), set()).add(unit[c.id])
+    assert all(len(units) == 1 for units in by_kernel.values())
 
 
 def test_the_models_copy_the_slice():
