@@ -114,9 +114,13 @@ class _FakeDriver:
 def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_case(monkeypatch, fail):
     """A worker starts opening its GPU as its session starts (harness
     pytest_sessionstart), so that it overlaps the collection: the primary context is
-    retained in a thread, once, and use_device (the first GPU case) takes it. A failure
-    there raises nothing in the thread: use_device meets it again and raises it."""
+    retained in a thread, once, at once; CuPy is imported there only once the process
+    has collected (imports_may_start), and use_device (the first GPU case) takes the
+    context. A failure there raises nothing in the thread: use_device meets it again and
+    raises it."""
     import sys
+    import threading
+    import time
     import types
     import cuda.bindings
     from fixtures.cuda_layer.kernel_launch import CudaError
@@ -128,10 +132,20 @@ def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(gpu, "_contexts", {})
     monkeypatch.setattr(gpu, "_ahead", {})
+    monkeypatch.setattr(gpu, "_imports_go", threading.Event())
     gpu.open_ahead(5)
     thread = gpu._ahead[5]
     gpu.open_ahead(5)                       # asked again while it opens: still one thread
+    deadline = time.monotonic() + 30
+    while not fake.threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fake.threads == ["open-gpu-5"]   # the context at once
+    if not fail:
+        time.sleep(0.1)
+        assert thread.is_alive()            # CuPy's import waits for the collection's end
+    gpu.imports_may_start()
     thread.join(30)
+    assert not thread.is_alive()
     assert fake.threads == ["open-gpu-5"]
     if fail:
         with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
