@@ -95,13 +95,10 @@ def pytest_argv(*args: str) -> list[str]:
 
 def child_env(env: dict | None = None) -> dict:
     """The environment of a nested run: the repository on the path, none of the outer
-    run's xdist, addopts or GPU requirement, no unit-cost record."""
+    run's xdist, addopts or GPU requirement."""
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     for k in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "TMA_REQUIRE_GPUS"):
         e.pop(k, None)
-    # no unit-cost record (fixtures/plugins/run_control/unit_costs.py): a nested run's
-    # order must not depend on what other self-tests' runs took
-    e["TMA_UNIT_COSTS"] = "off"
     e.update(env or {})
     return e
 

@@ -63,7 +63,6 @@ SETUP_FAULTS = {
     "kernel-cache-file": (["--kernel-cache={file}"], {}, "ERROR: --kernel-cache: {file} exists and is not a folder"),
     "kernel-cache-unwritable": (["--kernel-cache={file}/sub"], {}, "ERROR: --kernel-cache: {file}/sub is not a writable folder"),
     "kernel-cache-env": ([], {"TMA_KERNEL_CACHE": "{file}"}, "ERROR: $TMA_KERNEL_CACHE: {file} exists and is not a folder"),
-    "unit-costs-env": ([], {"TMA_UNIT_COSTS": "{tmp}"}, "ERROR: $TMA_UNIT_COSTS: {tmp} is a folder"),
     "cccl-include": ([], {"TMA_CCCL_INCLUDE": "{tmp}"}, "ERROR: TMA_CCCL_INCLUDE={tmp} holds no cuda/ptx header"),
     "report-dir-file": (["--report-dir={file}"], {}, "ERROR: --report-dir: {file} exists and is not a folder"),
     "report-dir-unwritable": (["--report-dir={file}/sub"], {}, "ERROR: --report-dir: {file}/sub is not a writable folder"),

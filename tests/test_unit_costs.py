@@ -80,25 +80,6 @@ def test_the_record_reads_merges_and_prunes(tmp_path):
     uc.write(path / "under-a-file" / uc.FILE, "gpu x1", {"u": [1.0, 1]})   # cannot be written: no error
 
 
-def test_the_record_is_where_the_environment_says(tmp_path):
-    assert uc.record_path({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "tma-conformance" / uc.FILE
-    assert uc.record_path({uc.ENV: "off"}) is None
-    assert uc.record_path({uc.ENV: str(tmp_path / "r.json")}) == tmp_path / "r.json"
-    assert uc.read(None) == {}
-    uc.write(None, "n", {"u": [1.0, 1]})                   # off: nothing written
-    uc.check({uc.ENV: str(tmp_path / "r.json")})
-    uc.check({uc.ENV: "off"})
-    for bad, why in ((tmp_path, "is a folder"), (tmp_path / "r.json" / "x" / "y", "not a writable folder")):
-        if "writable" in why:
-            (tmp_path / "r.json").write_text("")
-        try:
-            uc.check({uc.ENV: str(bad)})
-        except ValueError as exc:
-            assert str(exc).startswith(f"${uc.ENV}: ") and why in str(exc), exc
-        else:
-            raise AssertionError(f"{bad} was accepted")
-
-
 def test_unit_times_sum_each_units_cases():
     t = uc.unit_times([("t.py::a", 0.5), ("t.py::a", -1.0), ("t.py::b", 2.0)])
     assert t == {"t.py::a": [0.5, 2], "t.py::b": [2.0, 1]}
@@ -131,13 +112,12 @@ def test_a_run_records_its_units_and_the_next_sends_the_costliest_first(tmp_path
     (root / "orderlog.py").write_text(ORDER_PLUGIN)
     orders = tmp_path / "orders"
     orders.mkdir()
-    record_file = tmp_path / "costs" / uc.FILE
-    env = nested_run.plugin_env(root, TMA_UNIT_COSTS=str(record_file), ORDER_OUT=str(orders))
+    env = nested_run.plugin_env(root, XDG_CACHE_HOME=str(tmp_path / "xdg"), ORDER_OUT=str(orders))
     cp = pytest_run(root, "-n", "1", "-p", "orderlog", f"--report-dir={tmp_path / 'out1'}", env=env)
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
     first = json.loads((orders / "gw0.json").read_text())
     assert first[0] != "test_tiny.py::test_slow"          # by count: many-case units first
-    record = json.loads(record_file.read_text())
+    record = json.loads((tmp_path / "xdg" / "tma-conformance" / uc.FILE).read_text())
     (node, units), = record["nodes"].items()
     assert units["test_tiny.py::test_slow"][1] == 1 and units["test_tiny.py::test_slow"][0] >= 0.5
     assert sum(e[1] for e in units.values()) == 41
