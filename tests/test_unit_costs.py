@@ -77,7 +77,6 @@ def test_the_record_reads_merges_and_prunes(tmp_path):
         {"a": [1.0, 2]}
     uc.write(path, "gpu x1", {"u": [1.25, 2]})
     assert uc.costs_for(uc.read(path), "gpu x1") == {"u": [1.25, 2]}
-    uc.write(path / "under-a-file" / uc.FILE, "gpu x1", {"u": [1.0, 1]})   # cannot be written: no error
 
 
 def test_unit_times_sum_each_units_cases():
