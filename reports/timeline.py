@@ -30,6 +30,11 @@ def _span(cases) -> tuple[float, float]:
     return min(c.start for c in cases), max(c.end for c in cases)
 
 
+# the step under "collection": its main thread's CPU time (the rest it waited: for the
+# GIL, which a thread importing a library holds, or for the disk)
+COLLECTION_CPU = "  of it, the main thread on a CPU"
+
+
 def analyze(run: Run, wall: float | None = None, outside: dict | None = None) -> dict:
     """The breakdown of one run (seconds). ReportInputError when it has no timeline.
 
@@ -103,6 +108,11 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
         vals = [t[b] - t[a] for t in times.values() if t.get(a) is not None and t.get(b) is not None]
         if vals:
             steps[name] = round(median(vals), 3)
+        if name == "collection":
+            cpu = [t["collection_cpu_s"] for t in times.values()
+                   if isinstance(t.get("collection_cpu_s"), (int, float))]
+            if cpu:
+                steps[COLLECTION_CPU] = round(median(cpu), 3)
     first_setups = sorted(cs[0].setup_s or 0.0 for cs in by_worker.values())
     if first_setups:
         steps["first case's setup (session fixtures)"] = round(median(first_setups), 3)

@@ -70,6 +70,9 @@ def test_the_run_records_its_phases(run_dir):
     for w in tl["workers"].values():
         assert w["ready"] <= w["collection_sent"] <= w["down"], w
         assert w["collection_start"] <= w["collected"], w
+        # the main thread's CPU while collecting: a duration, kept as one (not made
+        # relative to t0), at most the collection's wall
+        assert 0 <= w["collection_cpu_s"] <= w["collected"] - w["collection_start"] + 0.01, w
         if w.get("process_start") is not None:
             assert w["process_start"] <= w["configured"], w
 
@@ -135,6 +138,19 @@ def test_the_wall_is_cut_in_what_happened_one_after_the_other():
     assert a["startup_steps"] == {"process start": 0.1, "interpreter, imports, plugins": 0.45,
                                   "collection": 0.3, "waiting for every worker's collection": 0.6,
                                   "first case's setup (session fixtures)": 0.0}
+
+
+def test_the_collection_says_how_much_of_it_ran_on_a_cpu():
+    """A worker that collected for 0.3 s with its main thread 0.1 s on a CPU waited the
+    rest (for the GIL or the disk): the start-up says so under its collection."""
+    run = _run()
+    for w in run.meta["timeline"]["workers"].values():
+        w["collection_cpu_s"] = 0.1
+    a = timeline.analyze(run)
+    steps = list(a["startup_steps"])
+    assert steps.index(timeline.COLLECTION_CPU) == steps.index("collection") + 1
+    assert a["startup_steps"][timeline.COLLECTION_CPU] == 0.1
+    assert "    of it, the main thread on a CPU" in timeline.text(a)
 
 
 def test_the_trap_cases_are_summed_apart():
