@@ -4,7 +4,8 @@ machine with fake GPUs: a real pytest run on a small generated tree, with a tiny
 whose isolated children are never started). Each case runs on every GPU, in that GPU's
 own thread, with its fixtures built there; a fault on one GPU fails that GPU alone and the
 run's verdict, messages, results.json, JUnit, matrix and Prometheus file name it. The
-two-GPU cases of the fence suite cover every GPU of a 4- and an 8-GPU node."""
+two-GPU cases of the fence suite cover every GPU of a 4- and an 8-GPU node. A worker of a
+one-GPU run opens its GPU's context at once and imports CuPy once it has collected."""
 from __future__ import annotations
 
 import json
@@ -466,3 +467,63 @@ def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, o
     worker = next(c["worker"] for c in cases if c["id"].endswith("[0]"))
     # a worker's runners that gave the service up reach results.json, named by worker
     assert results(out)["timeline"]["gpu_service_given_up"] == {worker: [["batches", 1, "planted"]]}
+
+
+# The one-GPU start as it is on a node (placement.open_ahead, not stubbed): the driver's
+# context calls answer at once, and an import of CuPy, wherever it happens, says when and
+# in which thread (FAKE_CUPY_LOG). The tree's module takes 0.5 s to import, so the
+# collection lasts that long at least.
+REAL_OPEN_AHEAD = FAKE_GPUS.replace("placement.open_ahead = lambda ordinal: None\n", "") + '''
+import importlib.abc, importlib.machinery, json, sys, threading, time, types
+from cuda.bindings import driver as _driver
+
+_driver.cuDeviceGet = lambda ordinal: (0, ordinal)
+_driver.cuDevicePrimaryCtxRetain = lambda dev: (0, f"ctx-{dev}")
+
+
+class _FakeCupy(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, self) if name == "cupy" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        with open(os.path.join(os.environ["FAKE_CUPY_LOG"], f"{os.getpid()}.json"), "w") as f:
+            json.dump({"t": time.time(), "thread": threading.current_thread().name}, f)
+
+
+sys.modules.pop("cupy", None)
+sys.meta_path.insert(0, _FakeCupy())
+'''
+
+SLOW_TO_COLLECT = '''
+    import time
+    time.sleep(0.5)
+
+    def test_on_the_gpu(gpu):
+        pass
+'''
+
+
+@CPU_ONLY
+def test_a_worker_opens_its_gpu_at_once_and_imports_cupy_once_it_has_collected(tmp_path):
+    """CuPy's import holds the GIL; beside the collection it held each worker's collection
+    up (a health check on an H100: 2.1-2.3 s against 0.8-0.9 s). The worker's GPU thread
+    retains the context at once and imports CuPy after the collection."""
+    root = make_tree(tmp_path / "t", SLOW_TO_COLLECT)
+    (root / "realahead.py").write_text(REAL_OPEN_AHEAD)
+    log, out = tmp_path / "cupy", tmp_path / "out"
+    log.mkdir()
+    cp = pytest_run(root, "-n", "1", "-p", "realahead", f"--report-dir={out}", timeout=180,
+                    env={"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPUS": "1",
+                         "FAKE_CUPY_LOG": str(log)})
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    tl = results(out)["timeline"]
+    w = tl["workers"]["gw0"]
+    imports = [json.loads(p.read_text()) for p in log.glob("*.json")]
+    assert len(imports) == 1, imports                     # the worker's, once
+    (imp,) = imports
+    assert imp["thread"] == "open-gpu-0", imp
+    assert w["collected"] - w["collection_start"] >= 0.5, w
+    assert imp["t"] - tl["t0"] >= w["collected"] - 0.05, (imp, w)
