@@ -340,7 +340,8 @@ def svg(run: Run, a: dict, width: int = 1200) -> str:
 def _startup_title(w: dict | None) -> str:
     if not w:
         return ""
-    parts = [f"{k} {v:.2f} s" for k, v in sorted(w.items(), key=lambda kv: kv[1]) if isinstance(v, (int, float))]
+    parts = [f"{k} {v:.2f} s" for k, v in sorted(w.items(), key=lambda kv: kv[1])
+             if isinstance(v, (int, float)) and not k.endswith("_s")]     # moments, not durations
     return " (" + ", ".join(parts) + ")"
 
 

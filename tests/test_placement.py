@@ -156,6 +156,31 @@ def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_
         assert fake.threads == ["open-gpu-5"] and gpu._ahead == {}
 
 
+def test_the_first_gpu_case_lets_cupy_be_imported_before_the_collection_ends(monkeypatch):
+    """use_device (a GPU case, or anything that needs the GPU before the process has
+    collected) lets the waiting thread import CuPy and takes the context, at once: it
+    does not wait out IMPORT_WAIT_S."""
+    import sys
+    import threading
+    import types
+    import cuda.bindings
+    fake = _FakeDriver()
+    used = []
+    monkeypatch.setattr(cuda.bindings, "driver", fake)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Device=lambda n: types.SimpleNamespace(use=lambda: used.append(n)))))
+    monkeypatch.setattr(gpu, "_contexts", {})
+    monkeypatch.setattr(gpu, "_ahead", {})
+    monkeypatch.setattr(gpu, "_imports_go", threading.Event())   # not collected yet
+    gpu.open_ahead(3)
+    got = []
+    t = threading.Thread(target=lambda: got.append(gpu.use_device(3)))
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and got == ["ctx-3"] and used == [3]
+    assert gpu._imports_go.is_set() and gpu._ahead == {}
+
+
 def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
     """settle_ahead returns only once open_ahead's thread is done, and a forked isolated
     child is forked after it (a fork while that thread imports CuPy left the child a held
@@ -171,14 +196,16 @@ def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
     monkeypatch.setattr(cuda.bindings, "driver", fake)
     monkeypatch.setattr(gpu, "_contexts", {})
     monkeypatch.setattr(gpu, "_ahead", {})
+    monkeypatch.setattr(gpu, "_imports_go", threading.Event())   # not collected yet
     gpu.open_ahead(2)
     settled = threading.Thread(target=gpu.settle_ahead)
     settled.start()
     settled.join(0.3)
     assert settled.is_alive()                 # still opening: settle_ahead waits
     release.set()
-    settled.join(30)
+    settled.join(30)                          # and lets the thread import: it does not wait 120 s
     assert not settled.is_alive() and gpu._contexts == {2: "ctx-2"}
+    assert gpu._imports_go.is_set()
     src = inspect.getsource(isolation.Forked.__init__)
     assert src.index("settle_ahead()") < src.index("os.fork()")
 
