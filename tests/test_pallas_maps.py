@@ -133,3 +133,34 @@ def test_unaligned_verdict():
 def test_missing_names_the_install():
     why = lm.pallas_missing()
     assert why == "" or "pip install" in why
+
+
+def test_the_child_keeps_jax_compilations_in_the_harness_cache_unless_the_user_names_one(
+        monkeypatch, tmp_path):
+    """pallas_kernels (the isolated child's side, which imports JAX: here a stand-in for
+    its config) turns JAX's persistent compilation cache on in the harness's cache home,
+    every kernel kept; a user's JAX_COMPILATION_CACHE_DIR is left to JAX with the user's
+    own thresholds."""
+    from fixtures.library_maps import pallas_kernels
+
+    class Config:
+        def __init__(self):
+            self.values = {}
+
+        def update(self, name, value):
+            self.values[name] = value
+
+    class Jax:
+        config = Config()
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pallas_kernels._persistent_cache(Jax)
+    assert Jax.config.values == {
+        "jax_compilation_cache_dir": str(tmp_path / "tma-conformance" / pallas_kernels.JAX_CACHE),
+        "jax_persistent_cache_min_compile_time_secs": 0,
+        "jax_persistent_cache_min_entry_size_bytes": -1}
+    Jax.config = Config()
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
+    pallas_kernels._persistent_cache(Jax)
+    assert Jax.config.values == {}
