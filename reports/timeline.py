@@ -33,6 +33,10 @@ def _span(cases) -> tuple[float, float]:
 # the step under "collection": its main thread's CPU time (the rest it waited: for the
 # GIL, which a thread importing a library holds, or for the disk)
 COLLECTION_CPU = "  of it, the main thread on a CPU"
+# and when the worker's CuPy import (by the thread that opened its GPU ahead) began, counted
+# from the collection's end (negative: during the collection, which it slows), and how long
+CUPY_BEGAN = "  CuPy's import began, from its end"
+CUPY_TOOK = "  CuPy's import took"
 
 
 def analyze(run: Run, wall: float | None = None, outside: dict | None = None) -> dict:
@@ -113,6 +117,12 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
                    if isinstance(t.get("collection_cpu_s"), (int, float))]
             if cpu:
                 steps[COLLECTION_CPU] = round(median(cpu), 3)
+            for label, a, b in ((CUPY_BEGAN, "collected", "cupy_import_start"),
+                                (CUPY_TOOK, "cupy_import_start", "cupy_imported")):
+                vals = [t[b] - t[a] for t in times.values()
+                        if isinstance(t.get(a), (int, float)) and isinstance(t.get(b), (int, float))]
+                if vals:
+                    steps[label] = round(median(vals), 3)
     first_setups = sorted(cs[0].setup_s or 0.0 for cs in by_worker.values())
     if first_setups:
         steps["first case's setup (session fixtures)"] = round(median(first_setups), 3)

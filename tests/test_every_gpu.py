@@ -527,3 +527,5 @@ def test_a_worker_opens_its_gpu_at_once_and_imports_cupy_once_it_has_collected(t
     assert imp["thread"] == "open-gpu-0", imp
     assert w["collected"] - w["collection_start"] >= 0.5, w
     assert imp["t"] - tl["t0"] >= w["collected"] - 0.05, (imp, w)
+    # the timeline says when the import was let start, began and ended, after the collection
+    assert w["collected"] - 0.05 <= w["cupy_released"] <= w["cupy_import_start"] <= w["cupy_imported"], w

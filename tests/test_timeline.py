@@ -153,6 +153,24 @@ def test_the_collection_says_how_much_of_it_ran_on_a_cpu():
     assert "    of it, the main thread on a CPU" in timeline.text(a)
 
 
+def test_the_start_up_says_when_cupys_import_began_and_how_long_it_took():
+    """A worker's CuPy import, by the thread that opened its GPU ahead: counted from the
+    collection's end (negative: during it) and its length, medians, under the collection;
+    a timeline without those marks (an older run) has neither line."""
+    run = _run()
+    for k, w in enumerate(run.meta["timeline"]["workers"].values()):
+        w["cupy_import_start"] = w["collected"] - 0.2 + 0.4 * k    # -0.2 and +0.2: median 0
+        w["cupy_imported"] = w["cupy_import_start"] + 1.5
+    a = timeline.analyze(run)
+    steps = list(a["startup_steps"])
+    assert steps[steps.index("collection") + 1:steps.index("collection") + 3] == [
+        timeline.CUPY_BEGAN, timeline.CUPY_TOOK]
+    assert a["startup_steps"][timeline.CUPY_BEGAN] == 0.0
+    assert a["startup_steps"][timeline.CUPY_TOOK] == 1.5
+    assert "    CuPy's import took" in timeline.text(a)
+    assert timeline.CUPY_BEGAN not in timeline.analyze(_run())["startup_steps"]
+
+
 def test_the_trap_cases_are_summed_apart():
     run = _run()
     run.meta["traps"] = [{"id": "suites/test_a.py::test[c2]", "start": "x", "stop": "y", "state": "passed"}]
