@@ -108,8 +108,11 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
     for name, a, b in (("process start", "t0", "process_start"),
                        ("interpreter, imports, plugins", "process_start", "configured"),
                        ("collection", "collection_start", "collected"),
+                       (CUPY_BEGAN, "collected", "cupy_import_start"),
+                       (CUPY_TOOK, "cupy_import_start", "cupy_imported"),
                        ("waiting for every worker's collection", "collection_sent", "first")):
-        vals = [t[b] - t[a] for t in times.values() if t.get(a) is not None and t.get(b) is not None]
+        vals = [t[b] - t[a] for t in times.values()
+                if isinstance(t.get(a), (int, float)) and isinstance(t.get(b), (int, float))]
         if vals:
             steps[name] = round(median(vals), 3)
         if name == "collection":
@@ -117,12 +120,6 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
                    if isinstance(t.get("collection_cpu_s"), (int, float))]
             if cpu:
                 steps[COLLECTION_CPU] = round(median(cpu), 3)
-            for label, a, b in ((CUPY_BEGAN, "collected", "cupy_import_start"),
-                                (CUPY_TOOK, "cupy_import_start", "cupy_imported")):
-                vals = [t[b] - t[a] for t in times.values()
-                        if isinstance(t.get(a), (int, float)) and isinstance(t.get(b), (int, float))]
-                if vals:
-                    steps[label] = round(median(vals), 3)
     first_setups = sorted(cs[0].setup_s or 0.0 for cs in by_worker.values())
     if first_setups:
         steps["first case's setup (session fixtures)"] = round(median(first_setups), 3)
