@@ -474,7 +474,7 @@ def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, o
 # in which thread (FAKE_CUPY_LOG). The tree's module takes 0.5 s to import, so the
 # collection lasts that long at least.
 REAL_OPEN_AHEAD = FAKE_GPUS.replace("placement.open_ahead = lambda ordinal: None\n", "") + '''
-import importlib.abc, importlib.machinery, json, sys, threading, time, types
+import importlib.abc, importlib.machinery, json, sys, threading, time
 from cuda.bindings import driver as _driver
 
 _driver.cuDeviceGet = lambda ordinal: (0, ordinal)
