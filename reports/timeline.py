@@ -254,6 +254,10 @@ def text(a: dict) -> str:
                          f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
                          f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
                          f"connections, {sv.get('refused', 0)} requests refused")
+        fk = ln.get("forks")
+        if fk:
+            lines.append(f"  the workers' children (--child-start fork): {fk.get('forked', 0)} forked by the "
+                         f"lane, {fk.get('refused', 0)} requests refused")
     for wid, given in sorted((a.get("gpu_service_given_up") or {}).items()):
         lines.append(f"  {wid} gave the GPU service up: " + "; ".join(
             f"{name} on GPU {gpu}: {why}" for name, gpu, why in given)

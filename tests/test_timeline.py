@@ -205,6 +205,17 @@ def test_the_lane_says_whether_it_ended_before_the_workers():
     assert "the lane ended 0.50 s after the workers' last case" in timeline.text(timeline.analyze(run))
 
 
+def test_the_fork_server_says_what_it_forked():
+    """With ``--child-start fork`` the lane's summary carries how many of the workers'
+    children it forked and how many requests it refused (trap_lane.stop reads it)."""
+    run = _run()
+    run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3}
+    assert "forked by the lane" not in timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["lane"]["forks"] = {"forked": 11, "refused": 1}
+    assert ("the workers' children (--child-start fork): 11 forked by the lane, 1 requests refused"
+            in timeline.text(timeline.analyze(run)))
+
+
 def test_the_gpu_service_says_what_it_served():
     """With ``--gpu-service on`` the lane's summary carries what its service served (the
     controller reads it as the service ends): calls by runner, children, how long calls
