@@ -171,3 +171,20 @@ def test_killing_before_the_pid_came_kills_the_child(lane):
     proc = r.proc
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
+
+
+def test_no_first_wave_means_every_child_has_the_runtimes(tmp_path):
+    """``forks_first=0``: the lane imports the library runtimes before it listens, so the
+    first child forked has them too."""
+    path = tmp_path / "gpu"
+    trap_lane.start(path, None, os.getpid(), later_modules=("preloaded_marker",), forks_first=0)
+    trap_lane.join(path, [], None)
+    FORK_SERVERS[None] = path
+    r = IsolatedRunner()
+    try:
+        assert call(r, "imported", "preloaded_marker").value is True and r.proc.how == "forked"
+    finally:
+        r.stop()
+        FORK_SERVERS.clear()
+        trap_lane.leave()
+        trap_lane.stop(path)
