@@ -207,7 +207,7 @@ def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
     assert not settled.is_alive() and gpu._contexts == {2: "ctx-2"}
     assert gpu._imports_go.is_set()
     src = inspect.getsource(isolation.Forked.__init__)
-    assert src.index("settle_ahead()") < src.index("os.fork()")
+    assert src.index("settle_ahead()") < src.index("fork_child(")
 
 
 @pytest.mark.parametrize("raw,state,why", [
