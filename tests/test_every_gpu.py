@@ -502,7 +502,8 @@ SLOW_TO_COLLECT = '''
     time.sleep(0.5)
 
     def test_on_the_gpu(gpu):
-        pass
+        from fixtures.cuda_layer import placement
+        placement.settle_ahead()     # as a real case's use_device does: the import is done
 '''
 
 
