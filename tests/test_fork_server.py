@@ -15,6 +15,7 @@ import pytest
 
 from fixtures.cuda_layer import isolation, trap_lane
 from fixtures.cuda_layer.isolation import FORK_SERVERS, IsolatedRunner, LaneForked
+from lane_helpers import call, running_lane
 
 FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
 
@@ -24,28 +25,10 @@ def lane(tmp_path):
     """A lane with no jobs that forks the workers' children, started as the controller
     starts it with ``--child-start fork`` (two workers' first children before the library
     runtimes, here tests/preloaded_marker.py)."""
-    path = tmp_path / "gpu"
-    proc = trap_lane.start(path, None, os.getpid(), later_modules=("preloaded_marker",), forks_first=2)
-    trap_lane.join(path, [], None)
-    FORK_SERVERS[None] = path
-    runners: list = []
-
-    def make() -> IsolatedRunner:
-        r = IsolatedRunner()
-        runners.append(r)
-        return r
-
-    make.path, make.proc = path, proc
-    yield make
-    for r in runners:
-        r.stop()
-    FORK_SERVERS.clear()
-    trap_lane.leave()
-    trap_lane.stop(path)
-
-
-def call(r, name, *args, **kw):
-    return r.call(f"isolation_targets:{name}", *args, device=None, **kw)
+    with running_lane(tmp_path, lambda path: IsolatedRunner(),
+                      register=lambda path: FORK_SERVERS.update({None: path}),
+                      unregister=FORK_SERVERS.clear, forks_first=2) as make:
+        yield make
 
 
 def lane_pid(path) -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.cuda_layer import cuda_env, gpu_service, isolation, trap_lane
 from fixtures.cuda_layer.isolation import IsolatedRunner
+from lane_helpers import call, running_lane
 
 FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
 
@@ -24,28 +25,10 @@ FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:Deprecatio
 @pytest.fixture
 def service(tmp_path):
     """A lane with no jobs, started as the controller starts it: its service serves on."""
-    path = tmp_path / "gpu"
-    proc = trap_lane.start(path, None, os.getpid(), later_modules=("preloaded_marker",),
-                           children=gpu_service.GENERAL, service=True)
-    trap_lane.join(path, [], None)
-    runners: list = []
-
-    def make(name: str = "batches") -> gpu_service.ServiceRunner:
-        r = gpu_service.ServiceRunner(path, name, None, IsolatedRunner())
-        runners.append(r)
-        return r
-
-    make.path, make.proc = path, proc
-    yield make
-    for r in runners:
-        r.stop()
-    gpu_service.leave()
-    trap_lane.leave()
-    trap_lane.stop(path)
-
-
-def call(r, name, *args, **kw):
-    return r.call(f"isolation_targets:{name}", *args, device=None, **kw)
+    with running_lane(tmp_path, lambda path, name="batches": gpu_service.ServiceRunner(
+            path, name, None, IsolatedRunner()), unregister=gpu_service.leave,
+            children=gpu_service.GENERAL, service=True) as make:
+        yield make
 
 
 def test_the_calls_of_many_callers_share_at_most_contexts_children(service):
