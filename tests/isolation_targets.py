@@ -104,10 +104,6 @@ def nap(seconds):
     return os.getpid()
 
 
-def environ(name):
-    return os.environ.get(name)
-
-
 def imported(name):
     """Was module ``name`` imported in this process before the call (the GPU service's
     children start with its imports)?"""

@@ -23,11 +23,12 @@ FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:Deprecatio
 @pytest.fixture
 def lane(tmp_path):
     """A lane with no jobs that forks the workers' children, started as the controller
-    starts it with ``--child-start fork`` (two workers' first children before the library
-    runtimes, here tests/preloaded_marker.py)."""
-    with running_lane(tmp_path, lambda path: IsolatedRunner(),
+    starts it with ``--child-start fork`` (its preload module here tests/lane_helpers.py);
+    ``make(environment)``: a runner, with an
+    environment of its own where given."""
+    with running_lane(tmp_path, lambda path, environment=None: IsolatedRunner(environment=environment),
                       register=lambda path: FORK_SERVERS.update({None: path}),
-                      unregister=FORK_SERVERS.clear, forks_first=2) as make:
+                      unregister=FORK_SERVERS.clear, forks=True, preload_modules=("lane_helpers",)) as make:
         yield make
 
 
@@ -78,21 +79,6 @@ def test_the_outcomes_are_a_new_interpreters(lane, tmp_path):
         assert r.started == 4                  # the first, and one after poison, crash, hang
     finally:
         own.stop()
-
-
-@pytest.mark.filterwarnings(FORK_WARNING)
-def test_later_children_start_with_the_lanes_imports(lane):
-    """The lane imports the library runtimes once the workers' first children are out
-    (here two); children forked after have them before their first call."""
-    first = [lane(), lane()]
-    assert [call(r, "imported", "preloaded_marker").value for r in first] == [False, False]
-    deadline = time.monotonic() + 30
-    while True:                                # the marker imported by the lane: its later
-        r = lane()                             # children have it without importing it
-        if call(r, "imported", "preloaded_marker").value:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
 
 
 def test_no_lane_means_a_new_interpreter_on_the_same_pipes(tmp_path, monkeypatch):
@@ -156,18 +142,23 @@ def test_killing_before_the_pid_came_kills_the_child(lane):
     assert proc.wait() == -signal.SIGKILL
 
 
-def test_no_first_wave_means_every_child_has_the_runtimes(tmp_path):
-    """``forks_first=0``: the lane imports the library runtimes before it listens, so the
-    first child forked has them too."""
-    path = tmp_path / "gpu"
-    trap_lane.start(path, None, os.getpid(), later_modules=("preloaded_marker",), forks_first=0)
-    trap_lane.join(path, [], None)
-    FORK_SERVERS[None] = path
-    r = IsolatedRunner()
-    try:
-        assert call(r, "imported", "preloaded_marker").value is True and r.proc.how == "forked"
-    finally:
-        r.stop()
-        FORK_SERVERS.clear()
-        trap_lane.leave()
-        trap_lane.stop(path)
+def test_the_lane_forks_no_library_runtime_in(lane):
+    """The lane's later modules (the library runtimes; here tests/preloaded_marker.py) are
+    never imported where it forks: a forked child imports them itself, as a new
+    interpreter does (JAX's compiler does not survive a fork)."""
+    first = [lane(), lane()]                  # the workers' first children, then one after
+    assert [call(r, "imported", "preloaded_marker").value for r in first] == [False, False]
+    r = lane()
+    assert call(r, "imported", "preloaded_marker").value is False and r.proc.how == "forked"
+    assert call(r, "imported", "lane_helpers").value is True       # its preload modules, forked in
+
+
+def test_a_child_with_an_environment_of_its_own_is_a_new_interpreter(lane):
+    """The streams child (an environment of its own: the user's hardware work queues) is
+    never forked from the lane, whose environment has one queue: a new interpreter, its
+    environment the one asked for."""
+    r = lane(lambda: dict(os.environ, TMAC_TEST_OWN_ENV="yes"))
+    assert call(r, "environ", "TMAC_TEST_OWN_ENV").value == "yes"
+    assert not isinstance(r.proc, LaneForked) and parent_of(r.proc.pid) == os.getpid()
+    lane_pid(lane.path)                      # the lane's fork server listens: it forked none
+    assert trap_lane.stop(lane.path)["forks"] == {"forked": 0, "refused": 0}
