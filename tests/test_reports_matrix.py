@@ -42,6 +42,21 @@ def test_axes_parse():
     assert axes.parse("suites/test_f16stuff.py::test_x[elemtype=f16]") == {"dtype": "f16"}  # path not parsed
 
 
+def test_axes_parse_takes_each_axis_first_spelling():
+    """An axis named twice takes its first spelling, whichever form (one fragment or two);
+    the [...] parameters' mode before the test name's; a mask read against the cluster."""
+    assert axes.parse("suites/x.py::t[r3-rank=4]") == {"rank": "3"}
+    assert axes.parse("suites/x.py::t[rank=4-r3-5d]") == {"rank": "4"}
+    assert axes.parse("suites/x.py::t[l2-64-l2none]") == {"l2": "l2-64"}
+    assert axes.parse("suites/x.py::t[gpu-scope-scope-cta]") == {"scope": "gpu"}
+    assert axes.parse("suites/x.py::t[rank=32-gpu_scopex-3dd]") == {}      # no whole spelling
+    assert axes.parse("suites/x.py::test_tile[im2colw-f16]") == {"mode": "im2col-w", "dtype": "f16"}
+    assert axes.parse("suites/x.py::test_tile[f16]") == {"mode": "tile", "dtype": "f16"}
+    assert axes.parse("suites/x.py::t[cl2-mask0b11-dev-copy-dev-zeros]") == {
+        "cluster": "2", "mask": "all", "map": "dev-copy"}
+    assert axes.parse("suites/x.py::t[mask0b0110-cl8]")["mask"] == "sparse"
+
+
 def test_matrix_markdown(tmp_path):
     run = load_run(run_dir(tmp_path / "r", CASES, env(), known=KNOWN))
     md, _ = render(run)
