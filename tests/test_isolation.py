@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from fixtures.cuda_layer.isolation import IsolatedRunner, run_isolated
+from fixtures.cuda_layer.isolation import IsolatedRunner, hang_site, run_isolated
 
 
 # Forking from a pytest process (threads of its own) is what Python 3.12 warns of; the
@@ -68,6 +68,18 @@ def test_timeout_kills_the_child(runner):
     assert call(runner, "add", 1, 2).value == 3
 
 
+def test_a_timeout_says_where_the_child_hung(runner):
+    """Before it is killed, a child whose call did not answer writes every thread's Python
+    stack (isolated_child.STACKS_SIGNAL): the timeout's detail names the frame it hung in."""
+    out = call(runner, "hang", timeout=1.0)
+    assert out.kind == "timeout", out
+    assert "most recent call first" in out.detail and 'isolation_targets.py", line' in out.detail, out.detail
+    assert " in hang" in out.detail, out.detail
+    site = hang_site(out.detail)
+    assert site.startswith("isolation_targets.py:") and site.endswith(" in hang"), site
+    assert hang_site("") == "" and hang_site("no stacks here") == ""
+
+
 def test_a_gpu_the_child_cannot_see_is_named(runner):
     """A GPU gone for a fresh process (fallen off, or hung after a fault; here: no driver at
     all) is the outcome no_gpu, with the probe's reason, not an IndexError in the harness;
@@ -97,7 +109,8 @@ KEYS = [f"c{i}" for i in range(8)]
 
 
 @pytest.mark.parametrize("kind,words", [("trap", "it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION"),
-                                        ("hang", "it hung"), ("crash", "the isolated child died")])
+                                        ("hang", "(it was in isolation_targets.py:"),
+                                        ("crash", "the isolated child died")])
 def test_a_fault_in_a_batch_fails_its_own_case_only(runner, kind, words):
     results, why = contained(runner, KEYS, **{kind: ["c3"]})
     assert list(why) == ["c3"] and words in why["c3"], why
