@@ -80,6 +80,19 @@ def test_a_timeout_says_where_the_child_hung(runner):
     assert hang_site("") == "" and hang_site("no stacks here") == ""
 
 
+def test_the_hang_site_is_the_calls_thread():
+    """Of a child's threads, the one that runs its calls (in child_main) names the site,
+    wherever its block stands in the dump and whichever thread took the signal."""
+    dump = ('Current thread 0x00007f01 (most recent call first):\n'
+            '  File "/x/jax/pool.py", line 9 in _worker\n'
+            '  File "/usr/lib/threading.py", line 1 in run\n\n'
+            'Thread 0x00007f02 (most recent call first):\n'
+            '  File "/x/fixtures/engine/batches.py", line 42 in run_batch\n'
+            '  File "/x/fixtures/cuda_layer/isolated_child.py", line 221 in child_main\n')
+    assert hang_site(dump) == "batches.py:42 in run_batch"
+    assert hang_site(dump.split("\n\n")[0]) == "pool.py:9 in _worker"     # no call thread
+
+
 def test_a_gpu_the_child_cannot_see_is_named(runner):
     """A GPU gone for a fresh process (fallen off, or hung after a fault; here: no driver at
     all) is the outcome no_gpu, with the probe's reason, not an IndexError in the harness;
