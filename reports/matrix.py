@@ -11,8 +11,8 @@ from pathlib import Path
 
 from . import axes
 from .fingerprint import props_of, summary_rows
-from .model import (BAD, FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run, gpu_counts, gpu_label, run_gpus,
-                    run_verdict)
+from .model import (BAD, FAILED, KNOWN, NOBUILD, SKIPPED, STATES, Run, Verdict, gpu_counts, gpu_label,
+                    run_gpus, run_verdict)
 from .render import (STATE_HEADERS, Cell, Document, Section, Table, link_cell, state_counts_row,
                      to_html, to_markdown)
 
@@ -33,12 +33,14 @@ def _bad_gpus(c) -> str:
     return ", ".join(k for k, s in sorted(c.gpus.items(), key=lambda kv: int(kv[0])) if s in BAD) or "-"
 
 
-def verdict(run: Run) -> tuple[str, str]:
-    v = run_verdict(run)
+def verdict(run: Run, known: Verdict | None = None) -> tuple[str, str]:
+    v = known or run_verdict(run)
     return v.text, v.css
 
 
-def document(run: Run) -> Document:
+def document(run: Run, known: Verdict | None = None) -> Document:
+    """The matrix of ``run``; ``known``: its verdict where the caller has it already
+    (the controller: ``run_verdict`` reads every case)."""
     props = props_of(run)
     host = run.node
     rid = run.meta.get("run_id") or props.get("tmac.run_id") or ""
@@ -47,7 +49,7 @@ def document(run: Run) -> Document:
         sub.append(f"pytest exit status {run.meta['exitstatus']}")
     if run.meta.get("duration_s") is not None:
         sub.append(f"{run.meta['duration_s']:.1f} s")
-    doc = Document(f"TMA conformance matrix: {host}", " · ".join(s for s in sub if s), verdict(run))
+    doc = Document(f"TMA conformance matrix: {host}", " · ".join(s for s in sub if s), verdict(run, known))
 
     total = run.counts()
     doc.sections.append(Section("Summary", tables=[Table(STATE_HEADERS, [state_counts_row(total)])]))
@@ -181,15 +183,15 @@ def _known_section(run: Run) -> Section:
     return sec
 
 
-def render(run: Run) -> tuple[str, str]:
-    doc = document(run)
+def render(run: Run, known: Verdict | None = None) -> tuple[str, str]:
+    doc = document(run, known)
     return to_markdown(doc), to_html(doc)
 
 
-def write(run: Run, outdir: str | Path) -> tuple[Path, Path]:
+def write(run: Run, outdir: str | Path, known: Verdict | None = None) -> tuple[Path, Path]:
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    md, html = render(run)
+    md, html = render(run, known)
     p_md, p_html = outdir / "matrix.md", outdir / "matrix.html"
     p_md.write_text(md, encoding="utf-8")
     p_html.write_text(html, encoding="utf-8")
