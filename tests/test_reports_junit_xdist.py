@@ -288,6 +288,51 @@ def test_fingerprint_written_once_by_the_controller(xdist_run):
     assert set(env["harness"]) >= {"packages", "sources_sha256", "constraints", "git_commit"}
 
 
+# The start's environment.json, held back until the end's is written (at most 3 s): each
+# write of environment.json logged with the thread that made it.
+LATE_START = '''
+import json, threading, time
+from pathlib import Path
+from fixtures.plugins.run_control import controller
+
+_write = controller.write_report_json
+
+
+def _logged(path, data, indent=2):
+    path = Path(path)
+    if path.name == "environment.json":
+        start = threading.current_thread().name == "tmac-fingerprint"
+        deadline = time.monotonic() + 3
+        while start and not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open(path.parent.parent / "writes.log", "a") as f:
+            f.write(threading.current_thread().name + "\\n")
+    return _write(path, data, indent=indent)
+
+
+controller.write_report_json = _logged
+'''
+
+
+def test_the_start_s_environment_is_written_before_the_end_s(tmp_path):
+    """The fingerprint the controller writes as the session starts (in a thread, beside the
+    workers' start) is written before the end's, never after it (which replaced the end's)
+    nor cut off by the process's exit (which left its temporary file in the report
+    folder: the interrupt stress, SIGTERM 1.2 s into a run)."""
+    root = nested_run.make_tree(tmp_path / "t", "def test_quick():\n    pass\n")
+    (root / "latestart.py").write_text(LATE_START)
+    out = tmp_path / "run" / "out"
+    import subprocess
+    cp = subprocess.run(nested_run.pytest_argv("-n", "1", "-p", "latestart", f"--report-dir={out}"),
+                        cwd=root, env=nested_run.plugin_env(root), capture_output=True, text=True,
+                        timeout=240)
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    writes = (tmp_path / "run" / "writes.log").read_text().split()
+    assert writes == ["tmac-fingerprint", "MainThread"], writes
+    assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == [], list(out.iterdir())
+    assert "builds" in report(out, "environment.json")
+
+
 def test_unmatched_entry_is_warned_once(xdist_run):
     _, _, cp = xdist_run
     text = cp.stdout
