@@ -126,3 +126,81 @@ def test_write_once_the_first_writer_wins(tmp_path, monkeypatch):
     other = tmp_path / "other.json"
     assert paths.write_once(other, b"whole") is True and other.read_bytes() == b"whole"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["once.json", "other.json"]
+
+
+class _Item:
+    """A collected case as reorder_items reads it (hashable, as pytest's items are)."""
+
+    def __init__(self, name, callspec=None):
+        self.name = name
+        if callspec is not None:
+            self.callspec = callspec
+
+
+def _item(name, **scopes):
+    """A case whose parameters have these scopes."""
+    if not scopes:
+        return _Item(name)
+    from _pytest.scope import Scope
+    return _Item(name, SimpleNamespace(params={k: 0 for k in scopes},
+                                       _arg2scope={k: Scope(v) for k, v in scopes.items()}))
+
+
+def test_cases_without_a_wider_parameter_come_back_in_their_order_each_once(monkeypatch):
+    """No case has a parameter wider than a function (the suites' sweeps): the cases in
+    their order, a repeated one once (as pytest's own function gives them), without
+    calling it."""
+    monkeypatch.setattr(collection, "PYTEST_REORDER", lambda items: pytest.fail("pytest's reorder ran"))
+    a, b, c = _item("a"), _item("b", dtype="function"), _item("c", dtype="function", box="function")
+    assert collection.reorder_items([c, a, b, a]) == [c, a, b]
+
+
+@pytest.mark.parametrize("scope", ["module", "session", "class", "package"])
+def test_a_case_with_a_wider_parameter_leaves_the_order_to_pytest(monkeypatch, scope):
+    seen = []
+    monkeypatch.setattr(collection, "PYTEST_REORDER", lambda items: seen.append(list(items)) or ["pytest's"])
+    items = [_item("a"), _item("b", dtype="function", gpu=scope)]
+    assert collection.reorder_items(items) == ["pytest's"] and seen == [items]
+
+
+def test_a_parametrization_of_another_shape_leaves_the_order_to_pytest(monkeypatch):
+    monkeypatch.setattr(collection, "PYTEST_REORDER", lambda items: ["pytest's"])
+    odd = _Item("odd", SimpleNamespace(params={"x": 1}))          # no _arg2scope
+    assert collection.reorder_items([_item("a"), odd]) == ["pytest's"]
+
+
+def test_pytest_still_groups_the_cases_of_a_wider_parameter(tmp_path):
+    """A run whose cases share a module-scoped parameter is ordered by pytest, as before:
+    each parameter's cases together (the real function, in a nested run)."""
+    from nested_run import make_tree, pytest_run
+    root = make_tree(tmp_path / "t", '''
+        import pytest
+
+        @pytest.fixture(scope="module", params=[1, 2])
+        def wide(request):
+            return request.param
+
+        def test_a(wide):
+            pass
+
+        def test_b(wide):
+            pass
+    ''')
+    r = pytest_run(root, "--collect-only", "-q")
+    ids = [line for line in r.stdout.splitlines() if "::" in line and "test_tiny" in line]
+    assert ids == ["test_tiny.py::test_a[1]", "test_tiny.py::test_b[1]",
+                   "test_tiny.py::test_a[2]", "test_tiny.py::test_b[2]"], r.stdout[-2000:]
+
+
+def test_the_reorder_is_pytest_s_again_after_the_run():
+    """A run's configure puts :func:`collection.reorder_items` in pytest's place; its
+    unconfigure puts pytest's back (a process that runs pytest again, or anything else,
+    finds pytest as it was)."""
+    import _pytest.fixtures
+    assert collection.PYTEST_REORDER is not None and collection.PYTEST_REORDER is not collection.reorder_items
+    assert _pytest.fixtures.reorder_items is collection.reorder_items     # this run's
+    collection.pytest_unconfigure(None)
+    try:
+        assert _pytest.fixtures.reorder_items is collection.PYTEST_REORDER
+    finally:
+        collection.pytest_configure(None)
