@@ -192,15 +192,28 @@ def test_pytest_still_groups_the_cases_of_a_wider_parameter(tmp_path):
                    "test_tiny.py::test_a[2]", "test_tiny.py::test_b[2]"], r.stdout[-2000:]
 
 
-def test_the_reorder_is_pytest_s_again_after_the_run():
+def test_a_run_puts_back_the_reorder_it_found():
     """A run's configure puts :func:`collection.reorder_items` in pytest's place; its
-    unconfigure puts pytest's back (a process that runs pytest again, or anything else,
-    finds pytest as it was)."""
+    unconfigure puts back what it found: for a run inside this one, this one's; for a
+    process's only run, pytest's own."""
     import _pytest.fixtures
-    assert collection.PYTEST_REORDER is not None and collection.PYTEST_REORDER is not collection.reorder_items
-    assert _pytest.fixtures.reorder_items is collection.reorder_items     # this run's
-    collection.pytest_unconfigure(None)
+    found = _pytest.fixtures.reorder_items
+    collection.pytest_configure(None)             # a run inside this one
     try:
-        assert _pytest.fixtures.reorder_items is collection.PYTEST_REORDER
+        assert _pytest.fixtures.reorder_items is collection.reorder_items
     finally:
-        collection.pytest_configure(None)
+        collection.pytest_unconfigure(None)
+    assert _pytest.fixtures.reorder_items is found
+
+
+def test_pytest_main_leaves_pytest_s_reorder_in_its_process(tmp_path):
+    """A process that ran the harness's pytest (``pytest.main()``) finds pytest's own
+    reorder_items after it."""
+    from nested_run import child_env, make_tree
+    root = make_tree(tmp_path / "t", "def test_quick():\n    pass\n")
+    code = ("import sys, pytest, _pytest.fixtures as F; before = F.reorder_items; "
+            "pytest.main(['--collect-only', '-q', '-p', 'no:xdist']); "
+            "sys.exit(0 if F.reorder_items is before and before.__module__ == '_pytest.fixtures' else 9)")
+    cp = subprocess.run([sys.executable, "-c", code], cwd=root, env=child_env(), capture_output=True,
+                        text=True, timeout=240)
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
