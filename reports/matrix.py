@@ -34,7 +34,7 @@ def _bad_gpus(c) -> str:
 
 
 def verdict(run: Run, known: Verdict | None = None) -> tuple[str, str]:
-    v = known or run_verdict(run)
+    v = known if known is not None else run_verdict(run)
     return v.text, v.css
 
 
