@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from statistics import median
 
@@ -24,6 +25,10 @@ from .model import ReportInputError, Run
 
 LONG_CASE_S = 0.5          # a case this long is listed and drawn on its own
 WAIT_GAP_S = 0.05          # a gap between two cases this long: the worker waited for work
+STALL_CASE_S = 3.0         # a stall: every worker inside a case this long ...
+STALL_S = 2.0              # ... for this long at once (on an H100 a trap whose recovery
+#                            timed out, Xid 109, held every process 5.1-5.4 s:
+#                            docs/performance.md, 2026-12-07, fourth session)
 
 
 def _span(cases) -> tuple[float, float]:
@@ -37,6 +42,42 @@ COLLECTION_CPU = "  of it, the main thread on a CPU"
 # from the collection's end (negative: during the collection, which it slows), and how long
 CUPY_BEGAN = "  CuPy's import began, from its end"
 CUPY_TOOK = "  CuPy's import took"
+
+
+def _epoch(text) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def stalls(by_worker: dict, traps, t0) -> list[dict]:
+    """The moments every worker (two or more) was inside a case of ``STALL_CASE_S`` or more
+    at once, for ``STALL_S`` or more: the run held up as a whole (on a GPU, a trap whose
+    recovery timed out holds every process up), with the trap cases whose call
+    (results.json 'traps', epoch times against the timeline's ``t0``) overlaps it."""
+    if len(by_worker) < 2:
+        return []
+    common = None
+    for cs in by_worker.values():
+        long_ = sorted((c.start, c.end) for c in cs if c.end - c.start >= STALL_CASE_S)
+        if common is None:
+            common = long_
+            continue
+        common = [(max(a, c), min(b, d)) for a, b in common for c, d in long_ if max(a, c) < min(b, d)]
+        if not common:
+            return []
+    windows = []
+    for t in traps or []:
+        start, stop = (_epoch(t.get("start")), _epoch(t.get("stop"))) if isinstance(t, dict) else (None, None)
+        if start is not None and stop is not None and isinstance(t0, (int, float)):
+            windows.append((start - t0, stop - t0, t.get("id")))
+    out = []
+    for a, b in sorted(common or []):
+        if b - a >= STALL_S:
+            out.append({"at": round(a, 3), "seconds": round(b - a, 3), "workers": len(by_worker),
+                        "traps": [i for s, e, i in windows if s < b and e > a]})
+    return out
 
 
 def analyze(run: Run, wall: float | None = None, outside: dict | None = None) -> dict:
@@ -177,6 +218,7 @@ def analyze(run: Run, wall: float | None = None, outside: dict | None = None) ->
         "lane": tl.get("lane") or None,
         "contexts": tl.get("contexts") or None,
         "gpu_service_given_up": tl.get("gpu_service_given_up") or None,
+        "stalls": stalls(by_worker, run.meta.get("traps"), tl.get("t0")),
     }
 
 
@@ -192,6 +234,20 @@ def contexts_lines(cx: dict | None) -> list[str]:
                    f"({g['samples']} samples)")
     if cx.get("stopped"):
         out.append(f"  sampling stopped early: {cx['stopped']}")
+    return out
+
+
+def stall_lines(found: list | None) -> list[str]:
+    """The moments the whole run was held up (``stalls``), and the trap cases in flight."""
+    if not found:
+        return []
+    out = ["", f"stalls: {len(found)} time(s) every worker was inside a case of {STALL_CASE_S:g} s or "
+               f"more at once, for {STALL_S:g} s or more (on H100s, a trap whose recovery timed out "
+               f"held up every process on its GPU for about 5 s, leaving an Xid 109 in the kernel "
+               f"log: docs/running.md)"]
+    for st in found:
+        out.append(f"  at {st['at']:.2f} s for {st['seconds']:.2f} s; trap cases in flight: "
+                   + (", ".join(st["traps"]) if st["traps"] else "none"))
     return out
 
 
@@ -263,6 +319,7 @@ def text(a: dict) -> str:
             f"{name} on GPU {gpu}: {why}" for name, gpu, why in given)
             + " (its calls ran in its own children after)")
     lines += contexts_lines(a.get("contexts"))
+    lines += stall_lines(a.get("stalls"))
     lc = a["long_cases"]
     lines += ["", f"cases of {LONG_CASE_S} s or more: {lc['count']}, {lc['seconds']:.2f} worker-s"]
     lines += [f"  {x['s']:6.2f} s  {x['worker']}  at {x['start']:.2f} s  {x['id']}" for x in lc["top"]]

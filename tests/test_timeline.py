@@ -179,6 +179,38 @@ def test_the_trap_cases_are_summed_apart():
     assert "cases that trap the GPU (results.json 'traps'): 1, 4.00 worker-s" in timeline.text(a)
 
 
+def test_a_stall_of_every_worker_at_once_is_named_with_the_traps_in_flight():
+    """Every worker inside a long case at once, for 2 s or more, is a stall of the whole
+    run (an H100 held every process 5.1-5.4 s when a trap's recovery timed out, Xid 109);
+    the trap cases whose call overlaps it are named. One worker not held up, or a
+    shorter overlap, is none; a run of one worker has none."""
+    def stalled(extra=(), traps=()):
+        cases = [_case(0, "a", "gw0", 1.0, 9.0, 8.0), _case(1, "b", "gw1", 2.0, 7.5, 5.0),
+                 _case(2, "c", "gw2", 2.5, 8.0, 5.0), *extra]
+        run = Run(source="hand", cases={c.id: c for c in cases})
+        run.meta = {"timeline": {"t0": 1000.0}, "traps": list(traps)}
+        return timeline.analyze(run)
+
+    trap = {"id": "suites/test_b.py::test[c1]", "start": "1970-01-01T00:16:42+00:00",    # 1002.0
+            "stop": "1970-01-01T00:16:47.500+00:00", "state": "passed"}
+    far = {"id": "suites/test_x.py::test[c9]", "start": "1970-01-01T00:16:48+00:00",     # 1008.0
+           "stop": "1970-01-01T00:16:49+00:00", "state": "passed"}
+    a = stalled(traps=[trap, far, {"id": "odd", "start": "x", "stop": None}])
+    assert a["stalls"] == [{"at": 2.5, "seconds": 5.0, "workers": 3, "traps": ["suites/test_b.py::test[c1]"]}]
+    out = timeline.text(a)
+    assert "stalls: 1 time(s) every worker was inside a case of 3 s or more at once" in out
+    assert "  at 2.50 s for 5.00 s; trap cases in flight: suites/test_b.py::test[c1]" in out
+    # a fourth worker that went on with short cases: no stall
+    assert stalled(extra=[_case(3, "d", "gw3", 2.0, 2.5, 0.5), _case(4, "d", "gw3", 2.6, 9.0, 6.4)])["stalls"]
+    assert stalled(extra=[_case(3, "d", "gw3", 2.0, 4.0, 2.0), _case(4, "d", "gw3", 4.1, 6.0, 1.9)])["stalls"] == []
+    # an overlap shorter than STALL_S: none
+    assert stalled(extra=[_case(3, "d", "gw3", 6.0, 9.5, 3.5)])["stalls"] == []
+    assert "stalls" not in timeline.text(timeline.analyze(_run()))
+    one = Run(source="hand", cases={c.id: c for c in [_case(0, "a", "gw0", 1.0, 9.0, 8.0)]})
+    one.meta = {"timeline": {"t0": 1000.0}}
+    assert timeline.analyze(one)["stalls"] == []
+
+
 def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
     run = _run()
     run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3, "not_built": 0,
