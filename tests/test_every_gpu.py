@@ -457,8 +457,8 @@ SERVICE_TREE = '''
 @CPU_ONLY
 @pytest.mark.parametrize("option,kind", [("on", "ServiceRunner"), ("off", "IsolatedRunner")])
 def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, option, kind):
-    """``--gpu-service on``: every worker's runners of every GPU send their calls to that
-    GPU's service (the lane's process); ``off`` (the default): each worker's own."""
+    """``--gpu-service on`` (the default): every worker's runners of every GPU send their
+    calls to that GPU's service (the lane's process); ``off``: each worker's own."""
     cp, out = _run(tmp_path, "-n", "4", f"--gpu-service={option}", gpus=2, tree=SERVICE_TREE,
                    env={"FAKE_RUNNER_KIND": kind})
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
