@@ -200,7 +200,7 @@ def test_a_stall_of_every_worker_at_once_is_named_with_the_traps_in_flight():
     out = timeline.text(a)
     assert "stalls: 1 time(s) every worker was inside a case of 3 s or more at once" in out
     assert "  at 2.50 s for 5.00 s; trap cases in flight: suites/test_b.py::test[c1]" in out
-    # a fourth worker that went on with short cases: no stall
+    # a fourth worker held up too: a stall; one that went on with short cases: none
     assert stalled(extra=[_case(3, "d", "gw3", 2.0, 2.5, 0.5), _case(4, "d", "gw3", 2.6, 9.0, 6.4)])["stalls"]
     assert stalled(extra=[_case(3, "d", "gw3", 2.0, 4.0, 2.0), _case(4, "d", "gw3", 4.1, 6.0, 1.9)])["stalls"] == []
     # an overlap shorter than STALL_S: none
