@@ -309,7 +309,9 @@ def text(a: dict) -> str:
             lines.append(f"  GPU service (--gpu-service on): calls {calls or 'none'}; {sv.get('children')} "
                          f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
                          f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
-                         f"connections, {sv.get('refused', 0)} requests refused")
+                         f"connections, {sv.get('refused', 0)} requests refused"
+                         + ("; one call that may trap at a time (--traps-one-at-a-time)"
+                            if sv.get("one_trap_at_a_time") else ""))
         fk = ln.get("forks")
         if fk:
             lines.append(f"  the workers' children (--child-start fork): {fk.get('forked', 0)} forked by the "

@@ -104,6 +104,14 @@ def nap(seconds):
     return os.getpid()
 
 
+def nap_span(seconds):
+    """Sleep; the wall-clock start and end of the sleep, as the child saw them (whether
+    two calls ran at once)."""
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
 def imported(name):
     """Was module ``name`` imported in this process before the call (the GPU service's
     children start with its imports)?"""

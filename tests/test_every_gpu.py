@@ -458,10 +458,15 @@ SERVICE_TREE = '''
 @pytest.mark.parametrize("option,kind", [("on", "ServiceRunner"), ("off", "IsolatedRunner")])
 def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, option, kind):
     """``--gpu-service on`` (the default): every worker's runners of every GPU send their
-    calls to that GPU's service (the lane's process); ``off``: each worker's own."""
-    cp, out = _run(tmp_path, "-n", "4", f"--gpu-service={option}", gpus=2, tree=SERVICE_TREE,
-                   env={"FAKE_RUNNER_KIND": kind})
+    calls to that GPU's service (the lane's process); ``off``: each worker's own.
+    ``--traps-one-at-a-time`` reaches every GPU's service, and needs one."""
+    cp, out = _run(tmp_path, "-n", "4", f"--gpu-service={option}", "--traps-one-at-a-time", gpus=2,
+                   tree=SERVICE_TREE, env={"FAKE_RUNNER_KIND": kind})
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    lanes = results(out)["timeline"]["lane"]["gpus"]
+    assert sorted(lanes) == ["0", "1"] and all(
+        (lane.get("service") or {}).get("one_trap_at_a_time", False) == (option == "on")
+        for lane in lanes.values()), lanes
     cases = [c for c in results(out)["cases"] if "test_runner" in c["id"]]
     assert len(cases) == 4 and all(c["gpus"] == {"0": "passed", "1": "passed"} for c in cases), cases
     worker = next(c["worker"] for c in cases if c["id"].endswith("[0]"))

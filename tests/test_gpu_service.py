@@ -294,6 +294,51 @@ def test_the_calls_that_may_trap_never_take_a_workers_child(monkeypatch):
     assert pool.summary()["calls"] == {"alone": 10}
 
 
+def test_one_call_that_may_trap_at_a_time_when_asked(monkeypatch):
+    """``one_alone`` (``--traps-one-at-a-time``): an "alone" call waits while another is in
+    flight, however many "alone" children are idle; the batches are not held up."""
+    pool = gpu_service.Pool(None, None, general=2, alone=3, one_alone=True)
+    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    pool.open(2)
+    pool.open(3, "alone")
+    first = pool.acquire("alone")
+    waiting: dict = {}
+    t = threading.Thread(target=lambda: waiting.update(r=pool.acquire("alone")))
+    t.start()
+    t.join(0.2)
+    assert t.is_alive(), "a second call that may trap went beside the first"
+    batches = pool.acquire("batches")          # the batches go on
+    pool.release(batches)
+    pool.release(first)
+    t.join(10)
+    assert waiting["r"] is not None and waiting["r"] in pool.alone
+    pool.release(waiting["r"])
+    assert pool.summary()["one_trap_at_a_time"] is True
+    assert "one_trap_at_a_time" not in gpu_service.Pool(None, None).summary()
+
+
+@pytest.mark.parametrize("one", [True, False])
+def test_the_lane_serves_one_call_that_may_trap_at_a_time_when_asked(tmp_path, one):
+    """A lane started with ``one_trap`` runs two workers' "alone" calls one after the
+    other, and says so in what it served; without, side by side."""
+    with running_lane(tmp_path, lambda path, name="alone": gpu_service.ServiceRunner(
+            path, name, None, IsolatedRunner()), unregister=gpu_service.leave,
+            children=gpu_service.GENERAL, service=True, one_trap=one) as make:
+        a, b = make(), make()
+        call(a, "pid"), call(b, "pid")            # both children started
+        spans: dict = {}
+        threads = [threading.Thread(target=lambda r=r, k=k: spans.update({k: call(r, "nap_span", 1.5)}))
+                   for k, r in (("a", a), ("b", b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        (s1, e1), (s2, e2) = sorted(o.value for o in spans.values())
+        assert (s2 >= e1) == one, (one, spans)
+        served = trap_lane.stop(make.path)["service"]
+    assert served.get("one_trap_at_a_time", False) == one and served["calls"]["alone"] == 4
+
+
 def test_the_lanes_traps_leave_the_workers_children_alone(tmp_path):
     """A lane whose jobs all trap, beside a worker's batches: every job's outcome is the
     trap's, the worker's child (the pool's one general child) is the same process before

@@ -74,6 +74,11 @@ SETUP_FAULTS = {
     "gpus": (["--gpus=abc"], {}, "ERROR: --gpus=abc: 'abc' is not a GPU ordinal"),
     "gpus-range": (["--gpus=3-1"], {}, "ERROR: --gpus=3-1: '3-1' is not a GPU ordinal"),
     "gpus-env": ([], {"TMA_GPUS": "0,,1"}, "ERROR: TMA_GPUS=0,,1: '' is not a GPU ordinal"),
+    # an experiment of the GPU service's asked for without the service
+    "one-trap-no-service": (["--traps-one-at-a-time", "--gpu-service=off"], {},
+                            "ERROR: --traps-one-at-a-time: it holds the GPU service's calls"),
+    "one-trap-no-lane": (["--traps-one-at-a-time", "--trap-lane=off"], {},
+                         "ERROR: --traps-one-at-a-time: it holds the GPU service's calls"),
 }
 
 
