@@ -160,7 +160,11 @@ def _where(r: dict) -> str:
     if not a or "error" in a:
         return f"    (no timeline: {a.get('error', 'no results.json')})" if a else ""
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in a["wall"].items())
-    return f"    {parts}; unattributed {a['unattributed_s']:.1f} s ({a['unattributed_pct']}%); tail {a['tail']['seconds']:.1f} s"
+    stalls = a.get("stalls") or []
+    held = (f"; {len(stalls)} stall(s) of every worker, {sum(x['seconds'] for x in stalls):.1f} s"
+            if stalls else "")
+    return (f"    {parts}; unattributed {a['unattributed_s']:.1f} s ({a['unattributed_pct']}%); "
+            f"tail {a['tail']['seconds']:.1f} s{held}")
 
 
 def run(sweeps, caches, workers, scale_sweep, extra, arch, out: Path, peer=None, peer_workers=8,

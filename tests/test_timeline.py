@@ -211,6 +211,16 @@ def test_a_stall_of_every_worker_at_once_is_named_with_the_traps_in_flight():
     assert timeline.analyze(one)["stalls"] == []
 
 
+def test_bench_counts_the_stalls_of_each_run():
+    """``reports bench``'s line for a run says how many stalls it had and how long."""
+    from reports import bench
+    a = timeline.analyze(_run())
+    assert "stall" not in bench._where({"timeline": a})
+    a["stalls"] = [{"at": 2.5, "seconds": 5.2, "workers": 8, "traps": []},
+                   {"at": 9.0, "seconds": 5.1, "workers": 8, "traps": ["x"]}]
+    assert bench._where({"timeline": a}).endswith("; 2 stall(s) of every worker, 10.3 s")
+
+
 def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
     run = _run()
     run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3, "not_built": 0,
