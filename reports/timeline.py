@@ -55,7 +55,9 @@ def stalls(by_worker: dict, traps, t0) -> list[dict]:
     """The moments every worker (two or more) was inside a case of ``STALL_CASE_S`` or more
     at once, for ``STALL_S`` or more: the run held up as a whole (on a GPU, a trap whose
     recovery timed out holds every process up), with the trap cases whose call
-    (results.json 'traps', epoch times against the timeline's ``t0``) overlaps it."""
+    (results.json 'traps', epoch times against the timeline's ``t0``) overlaps it. Strict:
+    a worker that was between cases, past its last one, or whose long case ended inside
+    the stall (its next one short) hides or shortens it."""
     if len(by_worker) < 2:
         return []
     common = None
@@ -310,7 +312,7 @@ def text(a: dict) -> str:
                          f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
                          f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
                          f"connections, {sv.get('refused', 0)} requests refused"
-                         + ("; one call that may trap at a time (--traps-one-at-a-time)"
+                         + ("; one call that runs alone at a time (--traps-one-at-a-time)"
                             if sv.get("one_trap_at_a_time") else ""))
         fk = ln.get("forks")
         if fk:

@@ -312,9 +312,23 @@ def test_one_call_that_may_trap_at_a_time_when_asked(monkeypatch):
     pool.release(first)
     t.join(10)
     assert waiting["r"] is not None and waiting["r"] in pool.alone
+    # a child a trap poisoned is still being reaped: its slot is held until it is gone
+    reaper = threading.Thread(target=time.sleep, args=(0.5,))
+    reaper.start()
+    waiting["r"].reaping = reaper
+    t0 = time.monotonic()
     pool.release(waiting["r"])
+    assert time.monotonic() - t0 >= 0.4 and not reaper.is_alive()
     assert pool.summary()["one_trap_at_a_time"] is True
     assert "one_trap_at_a_time" not in gpu_service.Pool(None, None).summary()
+    other = gpu_service.Pool(None, None, alone=2)            # without: released at once
+    monkeypatch.setattr(other, "_new", lambda streams=False: _Child())
+    r = other.acquire("alone")
+    r.reaping = threading.Thread(target=time.sleep, args=(0.5,))
+    r.reaping.start()
+    t0 = time.monotonic()
+    other.release(r)
+    assert time.monotonic() - t0 < 0.3
 
 
 @pytest.mark.parametrize("one", [True, False])
@@ -325,7 +339,7 @@ def test_the_lane_serves_one_call_that_may_trap_at_a_time_when_asked(tmp_path, o
             path, name, None, IsolatedRunner()), unregister=gpu_service.leave,
             children=gpu_service.GENERAL, service=True, one_trap=one) as make:
         a, b = make(), make()
-        call(a, "pid"), call(b, "pid")            # both children started
+        call(a, "pid"), call(b, "pid")            # an "alone" child started (a second starts below)
         spans: dict = {}
         threads = [threading.Thread(target=lambda r=r, k=k: spans.update({k: call(r, "nap_span", 1.5)}))
                    for k, r in (("a", a), ("b", b))]

@@ -201,8 +201,13 @@ def test_the_next_child_starts_warm_right_after_a_poisoned_reply(runner):
     GPU and to run ``warm_call``; the next call reads those replies first, then runs in
     it (no second start)."""
     runner.warm_call = ("isolation_targets:add", (1, 2), {})
+    assert runner.reaping is None
     assert call(runner, "poison").poisoned
     assert runner.started == 2 and runner._warming == 2 and runner.proc is not None
+    # the poisoned child is reaped aside, by a thread the caller can wait for
+    # (the GPU service's --traps-one-at-a-time does)
+    runner.reaping.join(30)
+    assert not runner.reaping.is_alive()
     pid = runner.proc.pid
     out = call(runner, "pid")
     assert out.value == pid and runner.started == 2 and runner._warming == 0

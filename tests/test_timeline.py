@@ -271,9 +271,9 @@ def test_the_gpu_service_says_what_it_served():
     assert ("GPU service (--gpu-service on): calls alone 29, batches 2930, streams 2; 9 children, "
             "35 started, at most 8 busy; 0.32 s waiting for a child; 14 connections, 0 requests "
             "refused") in timeline.text(timeline.analyze(run))
-    assert "one call that may trap at a time" not in timeline.text(timeline.analyze(run))
+    assert "one call that runs alone at a time" not in timeline.text(timeline.analyze(run))
     run.meta["timeline"]["lane"]["service"]["one_trap_at_a_time"] = True
-    assert ("0 requests refused; one call that may trap at a time (--traps-one-at-a-time)"
+    assert ("0 requests refused; one call that runs alone at a time (--traps-one-at-a-time)"
             in timeline.text(timeline.analyze(run)))
     run.meta["timeline"]["gpu_service_given_up"] = {"gw3": [["batches", 0, "no answer within 360 s"]]}
     assert ("gw3 gave the GPU service up: batches on GPU 0: no answer within 360 s (its calls ran in "
