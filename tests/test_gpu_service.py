@@ -406,3 +406,45 @@ def test_a_socket_that_cannot_be_made_sends_the_calls_home_at_once(tmp_path):
         gpu_service.leave()
         trap_lane.leave()
         trap_lane.stop(path)
+
+
+def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monkeypatch):
+    """``one_alone``: a call of ``LONG_KERNELS`` (the fence scenarios' spinning kernels)
+    waits for the call that may trap in flight, and holds the next one back until it
+    ends; other calls are not held up, and without ``one_alone`` nothing waits."""
+    pool = gpu_service.Pool(None, None, general=2, alone=2, one_alone=True)
+    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    (long_target,) = gpu_service.LONG_KERNELS
+    trap = pool.acquire("alone")
+    done: dict = {}
+    t = threading.Thread(target=lambda: done.update(long=pool.call("batches", long_target)))
+    t.start()
+    t.join(0.2)
+    assert t.is_alive() and pool.long_waiting == 1, "the long kernels went beside a trap"
+    pool.release(pool.acquire("batches"))               # the batches go on
+    pool.release(trap)
+    t.join(10)
+    assert "long" in done and pool.long_busy == 0 and pool.long_waiting == 0
+    # a long call in flight holds the calls that may trap back
+    release = threading.Event()
+    monkeypatch.setattr(_Child, "call", lambda self, target, *a, **k: release.wait(10) and "done")
+    t = threading.Thread(target=lambda: pool.call("batches", long_target))
+    t.start()
+    deadline = time.monotonic() + 10
+    while pool.long_busy == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    got: dict = {}
+    w = threading.Thread(target=lambda: got.update(r=pool.acquire("alone")))
+    w.start()
+    w.join(0.2)
+    assert w.is_alive(), "a call that may trap went beside the long kernels"
+    release.set()
+    t.join(10)
+    w.join(10)
+    assert got["r"] in pool.alone
+    pool.release(got["r"])
+    free = gpu_service.Pool(None, None, general=2, alone=2)        # without one_alone
+    monkeypatch.setattr(free, "_new", lambda streams=False: _Child())
+    held = free.acquire("alone")
+    free.call("batches", long_target)                    # not held up
+    free.release(held)
