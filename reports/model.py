@@ -172,6 +172,8 @@ class CaseResult:
     teardown_s: float | None = None
     measured: list | None = None  # what its expectation takes from a measurement, not a
                                   # document: a measured rule, the model's measured readings
+    ran_again: str | None = None  # why it was judged on its batch's second run (the first
+                                  # faulted, no case at fault alone: fixtures/engine/batches.py)
 
     @property
     def suite(self) -> str:
@@ -210,7 +212,8 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseResult))
 #                       ``message`` and ``known_issue`` are indexes into the two lists above;
 #                       ``duration`` (to the microsecond, absent when 0); ``t``: its timeline
 #                       [start, end, setup_s, call_s, teardown_s] (absent when it has none);
-#                       ``measured``: an index into case_measured (absent: documented)
+#                       ``measured``: an index into case_measured (absent: documented);
+#                       ``ran_again``: an index into messages (absent: its batch ran once)
 #   case_measured       every distinct list of what a case's expectation takes from a
 #                       measurement rather than a document (CaseResult.measured), once
 # A case is ``case_defaults`` updated with its row (jq: ``.case_defaults + .cases[i]``);
@@ -256,6 +259,8 @@ def results_data(meta: dict, cases) -> dict:
             row["duration"] = round(c.duration, 6)
         if c.measured:
             row["measured"] = measured.setdefault(tuple(c.measured), len(measured))
+        if c.ran_again:
+            row["ran_again"] = messages.setdefault(c.ran_again, len(messages))
         t = [own[k] for k in TIME_FIELDS]
         if t != [None, None, None, None, None]:
             row["t"] = t
@@ -316,9 +321,10 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
             c = dict(defaults)
             c.update(row)
             msg, ki, t = c.get("message"), c.get("known_issue"), c.get("t") or (None,) * len(TIME_FIELDS)
-            mi = c.get("measured")
-            if any(i is not None and (type(i) is not int or i < 0) for i in (msg, ki, mi)):
-                raise IndexError(f"message {msg!r}, known_issue {ki!r}, measured {mi!r}: not an index")
+            mi, ra = c.get("measured"), c.get("ran_again")
+            if any(i is not None and (type(i) is not int or i < 0) for i in (msg, ki, mi, ra)):
+                raise IndexError(f"message {msg!r}, known_issue {ki!r}, measured {mi!r}, ran_again {ra!r}: "
+                                 f"not an index")
             gpus = c.get("gpus")
             start, end, setup_s, call_s, teardown_s = t
             out.append(CaseResult(
@@ -328,7 +334,8 @@ def cases_of(data: dict, source: str = "results.json") -> list[CaseResult]:
                 duration=float(c.get("duration") or 0.0), phase=c.get("phase"), worker=c.get("worker"),
                 gpus=dict(gpus) if gpus else None, start=start, end=end, setup_s=setup_s,
                 call_s=call_s, teardown_s=teardown_s,
-                measured=list(measured[mi]) if mi is not None else None))
+                measured=list(measured[mi]) if mi is not None else None,
+                ran_again=messages[ra] if ra is not None else None))
         except (TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
             what = row.get("id") if isinstance(row, dict) else row
             raise ReportInputError(f"{source}: malformed case entry {what!r} "

@@ -35,10 +35,15 @@ def hang():
     time.sleep(60)
 
 
-def batch(keys, trap=(), hang=(), crash=(), together=()):
+def batch(keys, trap=(), hang=(), crash=(), together=(), once=""):
     """A batch of cases: any of ``trap`` traps (and poisons the child), ``hang`` hangs,
-    ``crash`` kills the child; ``together`` traps only when all of it runs in one call."""
+    ``crash`` kills the child; ``together`` traps only when all of it runs in one call;
+    with ``once`` (a file's path), the first call of more than one case traps, as a
+    context killed from outside would (the file marks it done)."""
     if together and set(together) <= set(keys):
+        return poison_with_error()
+    if once and len(keys) > 1 and not os.path.exists(once):
+        open(once, "w").close()
         return poison_with_error()
     for k in keys:
         if k in trap:

@@ -136,9 +136,31 @@ def test_two_faults_in_a_batch(runner):
 
 
 def test_a_fault_of_the_batch_alone_fails_all_of_it_and_says_so(runner):
+    """No case faults alone and the batch faults again when run whole: every case fails,
+    saying so; none is noted as judged on a second run."""
+    from fixtures.engine import batches
+    batches.RAN_AGAIN.clear()
     results, why = contained(runner, KEYS, together=["c2", "c5"])
     assert not results and set(why) == set(KEYS)
-    assert "no case faults alone" in why["c0"]
+    assert "no case faults alone" in why["c0"] and "and again when run whole (it trapped" in why["c0"], why["c0"]
+    assert not batches.RAN_AGAIN
+
+
+def test_a_batch_that_faults_once_from_outside_is_judged_on_its_second_run(runner, tmp_path):
+    """The batch traps the first time it runs whole (as a context killed by another
+    process's trap recovery), no case faults alone, and it runs whole again: its cases
+    take that run's results, each noted in RAN_AGAIN with the first fault."""
+    from fixtures.engine import batches
+    batches.RAN_AGAIN.clear()
+    try:
+        results, why = contained(runner, KEYS, once=str(tmp_path / "faulted"))
+        assert not why and results == {k: f"ran {k}" for k in KEYS}
+        assert set(batches.RAN_AGAIN) == set(KEYS)
+        assert batches.RAN_AGAIN["c0"].startswith("its batch of 8 cases faulted (it trapped: ")
+        assert batches.RAN_AGAIN["c0"].endswith("with no case at fault alone, then ran whole again: "
+                                                "judged on that run")
+    finally:
+        batches.RAN_AGAIN.clear()
 
 
 def test_faults_are_bounded(runner):
@@ -325,3 +347,30 @@ def test_a_context_check_that_raises_is_unknown_not_healthy(monkeypatch):
     assert reply["kind"] == "returned" and reply["value"] == 5 and reply["poisoned"] is True
     assert "could not be checked after the call (RuntimeError: bindings broke): the child was replaced" \
         in reply["detail"]
+
+
+def test_a_case_judged_on_a_second_run_says_so_in_its_record_and_results_json():
+    """A case whose batch ran whole again (batches.RAN_AGAIN, by its case object's id) has
+    the note in its record, and results.json keeps it (an index into 'messages')."""
+    from types import SimpleNamespace
+    from fixtures.engine import batches
+    from fixtures.plugins.reporting import case_record
+    from reports import model
+    batches.RAN_AGAIN.clear()
+    try:
+        batches.RAN_AGAIN["u8-r1-box16"] = "its batch of 2 cases faulted (it trapped: X) ..."
+        item = SimpleNamespace(callspec=SimpleNamespace(params={"case": SimpleNamespace(id="u8-r1-box16"),
+                                                                "other": 3}))
+        assert case_record.ran_again_of(item) == batches.RAN_AGAIN["u8-r1-box16"]
+        assert case_record.ran_again_of(SimpleNamespace(callspec=SimpleNamespace(
+            params={"case": SimpleNamespace(id="u8-r1-box32")}))) is None
+        assert case_record.ran_again_of(SimpleNamespace()) is None
+    finally:
+        batches.RAN_AGAIN.clear()
+    cases = {"a": model.CaseResult("a", model.PASSED, ran_again="its batch ... judged on that run"),
+             "b": model.CaseResult("b", model.PASSED)}
+    data = model.results_data({"schema": model.RESULTS_SCHEMA}, cases.values())
+    assert {c.id: c for c in model.cases_of(data)} == cases
+    bad = dict(data, cases=[dict(data["cases"][0], ran_again=-1)])
+    with pytest.raises(model.ReportInputError, match="ran_again -1"):
+        model.cases_of(bad)
