@@ -172,8 +172,8 @@ class CaseResult:
     teardown_s: float | None = None
     measured: list | None = None  # what its expectation takes from a measurement, not a
                                   # document: a measured rule, the model's measured readings
-    ran_again: str | None = None  # why it was judged on its batch's second run (the first
-                                  # faulted, no case at fault alone: fixtures/engine/batches.py)
+    ran_again: str | None = None  # why it was judged on a second run of its batch or call
+                                  # (fixtures/engine/batches.py, fixtures/cuda_layer/gpu_service.py)
 
     @property
     def suite(self) -> str:

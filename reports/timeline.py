@@ -312,6 +312,8 @@ def text(a: dict) -> str:
                          f"children, {sv.get('child_starts')} started, at most {sv.get('peak_busy')} busy; "
                          f"{sv.get('queued_s', 0):.2f} s waiting for a child; {sv.get('connections')} "
                          f"connections, {sv.get('refused', 0)} requests refused"
+                         + (f"; {sv['made_again']} call(s) made again (faulted beside a call that may trap)"
+                            if sv.get("made_again") else "")
                          + ("; one call that runs alone at a time (--traps-one-at-a-time)"
                             if sv.get("one_trap_at_a_time") else ""))
         fk = ln.get("forks")

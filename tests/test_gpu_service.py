@@ -427,7 +427,8 @@ def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monk
     assert "long" in done and pool.long_busy == 0 and pool.long_waiting == 0
     # a long call in flight holds the calls that may trap back
     release = threading.Event()
-    monkeypatch.setattr(_Child, "call", lambda self, target, *a, **k: release.wait(10) and "done")
+    monkeypatch.setattr(_Child, "call", lambda self, target, *a, **k: release.wait(10)
+                        and isolation.Outcome("returned", value="done"))
     t = threading.Thread(target=lambda: pool.call("batches", long_target))
     t.start()
     deadline = time.monotonic() + 10
@@ -448,3 +449,92 @@ def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monk
     held = free.acquire("alone")
     free.call("batches", long_target)                    # not held up
     free.release(held)
+
+
+class _Killed(_Child):
+    """A child whose first ``fail`` calls fault as a context killed from outside would."""
+
+    def __init__(self, fail: int = 1):
+        super().__init__()
+        self.fail, self.calls = fail, 0
+
+    def call(self, target, *args, device=None, timeout=60.0, **kwargs):
+        self.calls += 1
+        if self.calls <= self.fail:
+            return isolation.Outcome("cuda_error", error="CUDA_ERROR_LAUNCH_FAILED", poisoned=True)
+        return isolation.Outcome("returned", value="ran")
+
+
+@pytest.mark.parametrize("beside", ["in flight", "begun and ended", "none"])
+def test_a_call_that_faulted_beside_a_trap_is_made_again(monkeypatch, beside):
+    """A batches call whose child faulted (CUDA_ERROR_LAUNCH_FAILED) while an "alone" call
+    was in flight, or began and ended during it, is made once more: the second outcome is
+    the answer, saying why (Outcome.again), and the service counts it; with no call that
+    may trap beside it, the fault is the answer. An "alone" call is never made again."""
+    pool = gpu_service.Pool(None, None, general=1, alone=1)
+    child = _Killed()
+    monkeypatch.setattr(pool, "_new", lambda streams=False: child)
+    trap = pool.acquire("alone") if beside == "in flight" else None
+    if beside == "begun and ended":
+        def call(target, *args, device=None, timeout=60.0, **kwargs):   # a trap came and went meanwhile
+            pool.release(pool.acquire("alone"))
+            return _Killed.call(child, target)
+        monkeypatch.setattr(child, "call", call)
+    out, _ = pool.call("batches", "m:f")
+    if beside == "none":
+        assert out.kind == "cuda_error" and not out.again and "made_again" not in pool.summary()
+    else:
+        assert out.kind == "returned" and out.value == "ran" and child.calls == 2
+        assert out.again.startswith("its first call faulted (cuda_error: CUDA_ERROR_LAUNCH_FAILED (context "
+                                    "poisoned)) while a call that may trap ran on the same GPU"), out.again
+        assert pool.summary()["made_again"] == 1
+    if trap is not None:
+        pool.release(trap)
+    alone = _Killed(fail=2)
+    other = gpu_service.Pool(None, None, general=1, alone=1)
+    monkeypatch.setattr(other, "_new", lambda streams=False: alone)
+    held = other.acquire("batches")
+    out, _ = other.call("alone", "m:f")         # a trap's own fault is its outcome
+    assert out.kind == "cuda_error" and alone.calls == 1
+    other.release(held)
+
+
+def test_a_worker_notes_each_call_made_again(monkeypatch, tmp_path):
+    """ServiceRunner: an answer that is a call's second outcome is kept in isolation.AGAIN
+    (the case's record reads it), the outcome returned as it came."""
+    class _Conn:
+        def fileno(self):
+            return -1
+
+    answer = isolation.Outcome("returned", value=1, again="its first call faulted (...): made again")
+    r = gpu_service.ServiceRunner(tmp_path, "batches", 0, IsolatedRunner())
+    monkeypatch.setattr(r, "_connect", lambda: setattr(r, "_conn", _Conn()))
+    monkeypatch.setattr(gpu_service, "send", lambda out, msg: None)
+    monkeypatch.setattr(gpu_service, "recv", lambda fd, deadline: answer)
+    isolation.AGAIN.clear()
+    try:
+        assert r.call("m:f", device=0) is answer
+        assert isolation.AGAIN == [answer.again]
+    finally:
+        isolation.AGAIN.clear()
+
+
+def test_the_lane_makes_a_batch_again_that_faulted_beside_a_trap(tmp_path):
+    """The real service (a lane with --gpu-service on, no GPU): a worker's batch whose
+    child traps the first time, while another worker's "alone" call runs, comes back as
+    the second call's outcome, saying so, and the service counts it."""
+    with running_lane(tmp_path, lambda path, name: gpu_service.ServiceRunner(
+            path, name, None, IsolatedRunner()), unregister=gpu_service.leave,
+            children=gpu_service.GENERAL, service=True) as make:
+        batches, alone = make("batches"), make("alone")
+        call(batches, "pid"), call(alone, "pid")
+        done: dict = {}
+        t = threading.Thread(target=lambda: done.update(span=call(alone, "nap_span", 2.0)))
+        t.start()
+        time.sleep(0.5)                                   # the "alone" call is in flight
+        out = call(batches, "batch", ["a", "b"], once=str(tmp_path / "faulted"))
+        t.join(60)
+        assert out.kind == "returned" and out.value == {"a": "ran a", "b": "ran b"}, out
+        assert out.again.startswith("its first call faulted (cuda_error: "), out.again
+        served = trap_lane.stop(make.path)["service"]
+    assert served["made_again"] == 1, served

@@ -350,11 +350,13 @@ def test_a_stopped_runs_verdict_names_what_was_running():
 
 def test_cases_judged_on_their_batchs_second_run_are_counted_and_recorded(tmp_path):
     """A worker whose batch ran whole again (fixtures/engine/batches.py RAN_AGAIN, as
-    run_contained leaves it): its cases pass, the summary says how many were judged on a
+    run_contained leaves it), or one of whose calls the GPU service made again (isolation
+    AGAIN, during the case): its cases pass, the summary says how many were judged on a
     second run and why, and results.json keeps each one's note; the others have none."""
     root = make_tree(tmp_path / "t", '''
         from types import SimpleNamespace
         import pytest
+        from fixtures.cuda_layer import isolation
         from fixtures.engine import batches
 
         CASES = [SimpleNamespace(id=f"k{i}") for i in range(4)]
@@ -363,12 +365,19 @@ def test_cases_judged_on_their_batchs_second_run_are_counted_and_recorded(tmp_pa
         def test_batch(case):
             if case.id in ("k1", "k2"):
                 batches.RAN_AGAIN[case.id] = "its batch of 2 cases faulted (it trapped) ... judged on that run"
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_call(n):
+            if n == 1:       # one of its own calls the GPU service made again
+                isolation.AGAIN.append("its first call faulted (...): made again, this is the second's outcome")
     ''')
     out = tmp_path / "out"
     cp = pytest_run(root, "-n", "2", f"--report-dir={out}")
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
-    assert "2 case(s) judged on their batch's second run: its first faulted" in cp.stdout, cp.stdout[-3000:]
+    assert "3 case(s) judged on a second run: their batch or call faulted first" in cp.stdout, cp.stdout[-3000:]
     data = {c["id"]: c for c in results(out)["cases"]}
     again = {cid for cid, c in data.items() if c.get("ran_again")}
-    assert again == {"test_tiny.py::test_batch[k1]", "test_tiny.py::test_batch[k2]"}, again
+    assert again == {"test_tiny.py::test_batch[k1]", "test_tiny.py::test_batch[k2]",
+                     "test_tiny.py::test_call[1]"}, again
     assert data["test_tiny.py::test_batch[k1]"]["ran_again"].endswith("judged on that run")
+    assert data["test_tiny.py::test_call[1]"]["ran_again"].endswith("this is the second's outcome")

@@ -261,7 +261,7 @@ def test_the_fork_server_says_what_it_forked():
 def test_the_gpu_service_says_what_it_served():
     """With ``--gpu-service on`` the lane's summary carries what its service served (the
     controller reads it as the service ends): calls by runner, children, how long calls
-    waited for one; without, no line."""
+    waited for one, the calls it made again; without, no line."""
     run = _run()
     run.meta["timeline"]["lane"] = {"start": 0.9, "end": 4.4, "jobs": 3, "ran": 3}
     assert "GPU service" not in timeline.text(timeline.analyze(run))
@@ -272,6 +272,11 @@ def test_the_gpu_service_says_what_it_served():
             "35 started, at most 8 busy; 0.32 s waiting for a child; 14 connections, 0 requests "
             "refused") in timeline.text(timeline.analyze(run))
     assert "one call that runs alone at a time" not in timeline.text(timeline.analyze(run))
+    assert "made again" not in timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["lane"]["service"]["made_again"] = 2
+    assert ("0 requests refused; 2 call(s) made again (faulted beside a call that may trap)"
+            in timeline.text(timeline.analyze(run)))
+    del run.meta["timeline"]["lane"]["service"]["made_again"]
     run.meta["timeline"]["lane"]["service"]["one_trap_at_a_time"] = True
     assert ("0 requests refused; one call that runs alone at a time (--traps-one-at-a-time)"
             in timeline.text(timeline.analyze(run)))
