@@ -470,7 +470,8 @@ def test_a_call_that_faulted_beside_a_trap_is_made_again(monkeypatch, beside):
     """A batches call whose child faulted (CUDA_ERROR_LAUNCH_FAILED) while an "alone" call
     was in flight, or began and ended during it, is made once more: the second outcome is
     the answer, saying why (Outcome.again), and the service counts it; with no call that
-    may trap beside it, the fault is the answer. An "alone" call is never made again."""
+    may trap beside it, the fault is the answer, as it is where the target answered naming
+    the case that faulted (a value). An "alone" call is never made again."""
     pool = gpu_service.Pool(None, None, general=1, alone=1)
     child = _Killed()
     monkeypatch.setattr(pool, "_new", lambda streams=False: child)
@@ -490,6 +491,15 @@ def test_a_call_that_faulted_beside_a_trap_is_made_again(monkeypatch, beside):
         assert pool.summary()["made_again"] == 1
     if trap is not None:
         pool.release(trap)
+    named = _Killed()                           # a fault whose target named its case: its own
+    monkeypatch.setattr(named, "call", lambda target, *a, **k: isolation.Outcome(
+        "cuda_error", value="stopped at c3", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True))
+    third = gpu_service.Pool(None, None, general=1, alone=1)
+    monkeypatch.setattr(third, "_new", lambda streams=False: named)
+    trap = third.acquire("alone")
+    out, _ = third.call("batches", "m:f")
+    assert out.kind == "cuda_error" and out.value == "stopped at c3" and not out.again
+    third.release(trap)
     alone = _Killed(fail=2)
     other = gpu_service.Pool(None, None, general=1, alone=1)
     monkeypatch.setattr(other, "_new", lambda streams=False: alone)
