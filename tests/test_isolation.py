@@ -374,3 +374,26 @@ def test_a_case_judged_on_a_second_run_says_so_in_its_record_and_results_json():
     bad = dict(data, cases=[dict(data["cases"][0], ran_again=-1)])
     with pytest.raises(model.ReportInputError, match="ran_again -1"):
         model.cases_of(bad)
+
+
+def test_a_batch_run_whole_again_that_comes_back_short_fails_every_case():
+    """The batch faulted, each case passed alone, and the whole batch's second run returned
+    without one of them: no case is judged on it; each fails naming the fault of the
+    batch and the short second run."""
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine import batches
+    calls = []
+
+    def call(ids):
+        calls.append(list(ids))
+        if len(calls) == 1:
+            return Outcome("cuda_error", error="CUDA_ERROR_LAUNCH_FAILED", poisoned=True)
+        if len(ids) == 1:
+            return Outcome("returned", value={ids[0]: "ok"})
+        return Outcome("returned", value={k: "ok" for k in ids[1:]})
+    batches.RAN_AGAIN.clear()
+    results, why = batches.run_contained(["a", "b"], call)
+    assert calls == [["a", "b"], ["a"], ["b"], ["a", "b"]]
+    assert not results and set(why) == {"a", "b"} and not batches.RAN_AGAIN
+    assert ("faulted (it trapped: CUDA_ERROR_LAUNCH_FAILED (the context was poisoned)), and when run "
+            "whole again it returned without some of them, but no case faults alone") in why["a"], why["a"]
