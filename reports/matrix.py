@@ -52,7 +52,15 @@ def document(run: Run, known: Verdict | None = None) -> Document:
     doc = Document(f"TMA conformance matrix: {host}", " · ".join(s for s in sub if s), verdict(run, known))
 
     total = run.counts()
-    doc.sections.append(Section("Summary", tables=[Table(STATE_HEADERS, [state_counts_row(total)])]))
+    summary = Section("Summary", tables=[Table(STATE_HEADERS, [state_counts_row(total)])])
+    again = sum(1 for c in run.cases.values() if c.ran_again)
+    if again:
+        summary.paragraphs.append(
+            f"{again} case(s) judged on a second run: their batch or call faulted first, beside a call "
+            f"that may trap or with no case at fault alone, as when a trap's recovery kills another "
+            f"process's context (an Xid 109 in the kernel log); each case's 'ran_again' in results.json "
+            f"says why.")
+    doc.sections.append(summary)
     gpu_sec = _gpu_section(run)
     if gpu_sec is not None:
         doc.sections.append(gpu_sec)

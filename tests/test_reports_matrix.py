@@ -71,6 +71,17 @@ def test_matrix_markdown(tmp_path):
     assert "driver 13000 > driver_max 12080" in md
     assert "| needs-2-gpus | needs 2 GPUs with tensor maps, found 1 | 1 |" in md
     assert "NVIDIA H200" in md and "580.65.06" in md
+    assert "judged on a second run" not in md
+
+
+def test_matrix_counts_the_cases_judged_on_a_second_run(tmp_path):
+    """A run some of whose cases were judged on a second run of their batch or call says
+    how many in its summary."""
+    cases = dict(CASES)
+    cases["suites/test_tma_load.py::test_load[f16-rank2-swz128-il0-zerofill]"] = {
+        "state": "passed", "ran_again": "its batch of 162 cases faulted (...): judged on that run"}
+    md, _ = render(load_run(run_dir(tmp_path / "r", cases, env(), known=KNOWN)))
+    assert "1 case(s) judged on a second run: their batch or call faulted first" in md
 
 
 class _Collect(HTMLParser):
