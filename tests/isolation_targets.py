@@ -35,16 +35,17 @@ def hang():
     time.sleep(60)
 
 
-def batch(keys, trap=(), hang=(), crash=(), together=(), once=""):
+def batch(keys, trap=(), hang=(), crash=(), together=(), once="", killed=False):
     """A batch of cases: any of ``trap`` traps (and poisons the child), ``hang`` hangs,
     ``crash`` kills the child; ``together`` traps only when all of it runs in one call;
-    with ``once`` (a file's path), the first call of more than one case traps, as a
-    context killed from outside would (the file marks it done)."""
+    with ``once`` (a file's path), the first call of more than one case traps (the file
+    marks it done); ``killed``: these faults end as a context killed from outside does
+    (CUDA_ERROR_LAUNCH_FAILED), not with an illegal instruction."""
     if together and set(together) <= set(keys):
-        return poison_with_error()
+        return poison_with_error(killed)
     if once and len(keys) > 1 and not os.path.exists(once):
         open(once, "w").close()
-        return poison_with_error()
+        return poison_with_error(killed)
     for k in keys:
         if k in trap:
             return poison_with_error()
@@ -55,8 +56,11 @@ def batch(keys, trap=(), hang=(), crash=(), together=(), once=""):
     return {k: f"ran {k}" for k in keys}
 
 
-def poison_with_error():
+def poison_with_error(killed=False):
     poison()
+    if killed:
+        from fixtures.cuda_layer.kernel_launch import CudaError
+        raise CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "cuStreamSynchronize(test)")
     cuda_fault()
 
 

@@ -645,3 +645,37 @@ def test_each_image_starts_16_byte_aligned_in_the_output(monkeypatch):
     assert rows[:, -1].tolist() == [0, 176, 352]
     for r, at, n in zip(runs, (0, 176, 352), (164, 164, 260)):
         assert r.image == bytes((at + j) % 256 for j in range(n)), r.case_id
+
+
+def test_a_case_read_from_a_second_run_says_so(monkeypatch):
+    """A batch whose first run faulted as a context killed from outside does
+    (CUDA_ERROR_LAUNCH_FAILED), none of whose cases faults alone, runs whole again: each
+    case that reads its result (Batches.outcome) adds the note to isolation.AGAIN, which
+    the case's record reads; a case of another batch adds nothing."""
+    from fixtures.cuda_layer import isolation
+    groups: dict = {}
+    for c in _cases("tiled"):
+        groups.setdefault(tl.TILED.key(c), []).append(c)
+    cases = next(g for g in groups.values() if len(g) >= 3)[:3]
+    calls = []
+
+    def fake_run_isolated(tgt, op, cs, *args, device, timeout, alone):
+        ids = [c.id for c in cs]
+        calls.append(ids)
+        if len(calls) == 1:
+            return Outcome("cuda_error", error="CUDA_ERROR_LAUNCH_FAILED", poisoned=True)
+        return Outcome("returned", {i: f"run of {i}" for i in ids})
+
+    monkeypatch.setattr(engine_batches, "run_isolated", fake_run_isolated)
+    engine_batches.RAN_AGAIN.clear()
+    isolation.AGAIN.clear()
+    try:
+        b = engine.Batches(SimpleNamespace(arch="sm_90a", sm=90, ordinal=0), _Kernels(), cases, tl.TILED)
+        for n, c in enumerate(cases, 1):
+            assert b.result(c) == f"run of {c.id}"
+            assert len(isolation.AGAIN) == n and isolation.AGAIN[-1].startswith("its batch of 3 cases faulted")
+        ids = [c.id for c in cases]
+        assert calls == [ids, ids[:1], ids[1:2], ids[2:], ids]
+    finally:
+        engine_batches.RAN_AGAIN.clear()
+        isolation.AGAIN.clear()

@@ -444,6 +444,10 @@ def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monk
     w.join(10)
     assert got["r"] in pool.alone
     pool.release(got["r"])
+    t = threading.Thread(target=lambda: done.update(alone=pool.call("alone", long_target)))
+    t.start()                                            # a long call that itself runs alone:
+    t.join(10)                                           # not held back by itself
+    assert not t.is_alive() and "alone" in done
     free = gpu_service.Pool(None, None, general=2, alone=2)        # without one_alone
     monkeypatch.setattr(free, "_new", lambda streams=False: _Child())
     held = free.acquire("alone")
@@ -465,48 +469,65 @@ class _Killed(_Child):
         return isolation.Outcome("returned", value="ran")
 
 
-@pytest.mark.parametrize("beside", ["in flight", "begun and ended", "none"])
+@pytest.mark.parametrize("beside", ["in flight", "begun and ended", "none", "starting"])
 def test_a_call_that_faulted_beside_a_trap_is_made_again(monkeypatch, beside):
-    """A batches call whose child faulted (CUDA_ERROR_LAUNCH_FAILED) while an "alone" call
-    was in flight, or began and ended during it, is made once more: the second outcome is
-    the answer, saying why (Outcome.again), and the service counts it; with no call that
-    may trap beside it, the fault is the answer, as it is where the target answered naming
-    the case that faulted (a value). An "alone" call is never made again."""
+    """A batches call whose child faulted as a context killed from outside does
+    (CUDA_ERROR_LAUNCH_FAILED, no answer) while an "alone" call was in flight, or began
+    and ended during it, is made once more once that call is over: the second outcome
+    is the answer, saying why (Outcome.again), and the service counts it. With no call
+    that may trap beside it (an "alone" child merely starting up is none), the fault is
+    the answer."""
     pool = gpu_service.Pool(None, None, general=1, alone=1)
     child = _Killed()
     monkeypatch.setattr(pool, "_new", lambda streams=False: child)
-    trap = pool.acquire("alone") if beside == "in flight" else None
-    if beside == "begun and ended":
+    trap_over: list = []
+    if beside == "in flight":
+        trap = pool.acquire("alone")
+
+        def end_trap():
+            time.sleep(0.3)
+            trap_over.append(time.monotonic())
+            pool.release(trap)
+        threading.Thread(target=end_trap).start()
+    elif beside == "begun and ended":
         def call(target, *args, device=None, timeout=60.0, **kwargs):   # a trap came and went meanwhile
             pool.release(pool.acquire("alone"))
             return _Killed.call(child, target)
         monkeypatch.setattr(child, "call", call)
+    elif beside == "starting":
+        pool.alone.append(_Child())
+        pool._busy.add(id(pool.alone[-1]))           # as open() holds a child while it starts
     out, _ = pool.call("batches", "m:f")
-    if beside == "none":
+    if beside in ("none", "starting"):
         assert out.kind == "cuda_error" and not out.again and "made_again" not in pool.summary()
-    else:
-        assert out.kind == "returned" and out.value == "ran" and child.calls == 2
-        assert out.again.startswith("its first call faulted (cuda_error: CUDA_ERROR_LAUNCH_FAILED (context "
-                                    "poisoned)) while a call that may trap ran on the same GPU"), out.again
-        assert pool.summary()["made_again"] == 1
-    if trap is not None:
-        pool.release(trap)
-    named = _Killed()                           # a fault whose target named its case: its own
-    monkeypatch.setattr(named, "call", lambda target, *a, **k: isolation.Outcome(
-        "cuda_error", value="stopped at c3", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True))
-    third = gpu_service.Pool(None, None, general=1, alone=1)
-    monkeypatch.setattr(third, "_new", lambda streams=False: named)
-    trap = third.acquire("alone")
-    out, _ = third.call("batches", "m:f")
-    assert out.kind == "cuda_error" and out.value == "stopped at c3" and not out.again
-    third.release(trap)
-    alone = _Killed(fail=2)
-    other = gpu_service.Pool(None, None, general=1, alone=1)
-    monkeypatch.setattr(other, "_new", lambda streams=False: alone)
-    held = other.acquire("batches")
-    out, _ = other.call("alone", "m:f")         # a trap's own fault is its outcome
-    assert out.kind == "cuda_error" and alone.calls == 1
-    other.release(held)
+        return
+    assert out.kind == "returned" and out.value == "ran" and child.calls == 2
+    assert out.again.startswith("its first call faulted (cuda_error: CUDA_ERROR_LAUNCH_FAILED (context "
+                                "poisoned)) while a call that may trap ran on the same GPU"), out.again
+    assert pool.summary()["made_again"] == 1
+    if beside == "in flight":
+        assert trap_over and time.monotonic() - trap_over[0] < 5     # made again once the trap's call ended
+
+
+@pytest.mark.parametrize("fault", ["illegal instruction", "named its case", "alone"])
+def test_a_fault_of_the_call_s_own_is_not_made_again(monkeypatch, fault):
+    """Beside an "alone" call in flight, these faults are their call's own and are the
+    answer: a trap of the suite's kind (CUDA_ERROR_ILLEGAL_INSTRUCTION), a fault whose
+    target answered naming the case at fault (a value: engine's Stopped), and any
+    fault of an "alone" call."""
+    pool = gpu_service.Pool(None, None, general=1, alone=2)
+    child = _Killed()
+    if fault == "illegal instruction":
+        monkeypatch.setattr(child, "call", lambda target, *a, **k: isolation.Outcome(
+            "cuda_error", error="CUDA_ERROR_ILLEGAL_INSTRUCTION", poisoned=True))
+    elif fault == "named its case":
+        monkeypatch.setattr(child, "call", lambda target, *a, **k: isolation.Outcome(
+            "cuda_error", value="stopped at c3", error="CUDA_ERROR_LAUNCH_FAILED", poisoned=True))
+    monkeypatch.setattr(pool, "_new", lambda streams=False: child)
+    trap = pool.acquire("alone")
+    out, _ = pool.call("alone" if fault == "alone" else "batches", "m:f")
+    assert out.kind == "cuda_error" and not out.again and child.calls <= 1
+    pool.release(trap)
 
 
 def test_a_worker_notes_each_call_made_again(monkeypatch, tmp_path):
@@ -542,9 +563,14 @@ def test_the_lane_makes_a_batch_again_that_faulted_beside_a_trap(tmp_path):
         t = threading.Thread(target=lambda: done.update(span=call(alone, "nap_span", 2.0)))
         t.start()
         time.sleep(0.5)                                   # the "alone" call is in flight
-        out = call(batches, "batch", ["a", "b"], once=str(tmp_path / "faulted"))
-        t.join(60)
-        assert out.kind == "returned" and out.value == {"a": "ran a", "b": "ran b"}, out
-        assert out.again.startswith("its first call faulted (cuda_error: "), out.again
+        try:
+            out = call(batches, "batch", ["a", "b"], once=str(tmp_path / "faulted"), killed=True)
+            t.join(60)
+            assert out.kind == "returned" and out.value == {"a": "ran a", "b": "ran b"}, out
+            assert out.again.startswith("its first call faulted (cuda_error: CUDA_ERROR_LAUNCH_FAILED"), out.again
+            assert isolation.AGAIN == [out.again]         # this process's note of it
+            assert out.seconds and done["span"].value[1] <= time.time()
+        finally:
+            isolation.AGAIN.clear()
         served = trap_lane.stop(make.path)["service"]
     assert served["made_again"] == 1, served

@@ -140,9 +140,10 @@ def test_a_fault_of_the_batch_alone_fails_all_of_it_and_says_so(runner):
     saying so; none is noted as judged on a second run."""
     from fixtures.engine import batches
     batches.RAN_AGAIN.clear()
-    results, why = contained(runner, KEYS, together=["c2", "c5"])
+    results, why = contained(runner, KEYS, together=["c2", "c5"], killed=True)
     assert not results and set(why) == set(KEYS)
-    assert "no case faults alone" in why["c0"] and "and again when run whole (it trapped" in why["c0"], why["c0"]
+    assert "no case faults alone" in why["c0"], why["c0"]
+    assert "and again when run whole (it trapped: CUDA_ERROR_LAUNCH_FAILED" in why["c0"], why["c0"]
     assert not batches.RAN_AGAIN
 
 
@@ -153,10 +154,11 @@ def test_a_batch_that_faults_once_from_outside_is_judged_on_its_second_run(runne
     from fixtures.engine import batches
     batches.RAN_AGAIN.clear()
     try:
-        results, why = contained(runner, KEYS, once=str(tmp_path / "faulted"))
+        results, why = contained(runner, KEYS, once=str(tmp_path / "faulted"), killed=True)
         assert not why and results == {k: f"ran {k}" for k in KEYS}
         assert set(batches.RAN_AGAIN) == set(KEYS)
-        assert batches.RAN_AGAIN["c0"].startswith("its batch of 8 cases faulted (it trapped: ")
+        assert batches.RAN_AGAIN["c0"].startswith("its batch of 8 cases faulted (it trapped: "
+                                                  "CUDA_ERROR_LAUNCH_FAILED")
         assert batches.RAN_AGAIN["c0"].endswith("with no case at fault alone, then ran whole again: "
                                                 "judged on that run")
     finally:
@@ -349,24 +351,10 @@ def test_a_context_check_that_raises_is_unknown_not_healthy(monkeypatch):
         in reply["detail"]
 
 
-def test_a_case_judged_on_a_second_run_says_so_in_its_record_and_results_json():
-    """A case whose batch ran whole again (batches.RAN_AGAIN, by its case object's id) has
-    the note in its record, and results.json keeps it (an index into 'messages')."""
-    from types import SimpleNamespace
-    from fixtures.engine import batches
-    from fixtures.plugins.reporting import case_record
+def test_a_case_judged_on_a_second_run_keeps_the_note_in_results_json():
+    """CaseResult.ran_again goes into results.json (an index into 'messages') and comes
+    back; a bad index is the file's fault, named."""
     from reports import model
-    batches.RAN_AGAIN.clear()
-    try:
-        batches.RAN_AGAIN["u8-r1-box16"] = "its batch of 2 cases faulted (it trapped: X) ..."
-        item = SimpleNamespace(callspec=SimpleNamespace(params={"case": SimpleNamespace(id="u8-r1-box16"),
-                                                                "other": 3}))
-        assert case_record.ran_again_of(item) == batches.RAN_AGAIN["u8-r1-box16"]
-        assert case_record.ran_again_of(SimpleNamespace(callspec=SimpleNamespace(
-            params={"case": SimpleNamespace(id="u8-r1-box32")}))) is None
-        assert case_record.ran_again_of(SimpleNamespace()) is None
-    finally:
-        batches.RAN_AGAIN.clear()
     cases = {"a": model.CaseResult("a", model.PASSED, ran_again="its batch ... judged on that run"),
              "b": model.CaseResult("b", model.PASSED)}
     data = model.results_data({"schema": model.RESULTS_SCHEMA}, cases.values())
@@ -392,8 +380,55 @@ def test_a_batch_run_whole_again_that_comes_back_short_fails_every_case():
             return Outcome("returned", value={ids[0]: "ok"})
         return Outcome("returned", value={k: "ok" for k in ids[1:]})
     batches.RAN_AGAIN.clear()
-    results, why = batches.run_contained(["a", "b"], call)
-    assert calls == [["a", "b"], ["a"], ["b"], ["a", "b"]]
-    assert not results and set(why) == {"a", "b"} and not batches.RAN_AGAIN
-    assert ("faulted (it trapped: CUDA_ERROR_LAUNCH_FAILED (the context was poisoned)), and when run "
-            "whole again it returned without some of them, but no case faults alone") in why["a"], why["a"]
+    try:
+        results, why = batches.run_contained(["a", "b"], call)
+        assert calls == [["a", "b"], ["a"], ["b"], ["a", "b"]]
+        assert not results and set(why) == {"a", "b"} and not batches.RAN_AGAIN
+        assert ("faulted (it trapped: CUDA_ERROR_LAUNCH_FAILED (the context was poisoned)), and when run "
+                "whole again it returned without some of them, but no case faults alone") in why["a"], why["a"]
+    finally:
+        batches.RAN_AGAIN.clear()
+
+
+@pytest.mark.parametrize("first,again,words,harness", [
+    # a trap of the suite's own kind, not a context killed from outside: not run again
+    (("cuda_error", "CUDA_ERROR_ILLEGAL_INSTRUCTION"), None, "(it trapped: CUDA_ERROR_ILLEGAL_INSTRUCTION "
+     "(the context was poisoned)), but no case", False),
+    # the service made the first call again already: not run a third time
+    (("cuda_error", "CUDA_ERROR_LAUNCH_FAILED", "made again"), None, "poisoned)), but no case", False),
+    (("cuda_error", "CUDA_ERROR_LAUNCH_FAILED"), ("exception", "MemoryError: no memory"),
+     "and again when run whole (the harness raised MemoryError: no memory)", True),
+    (("cuda_error", "CUDA_ERROR_LAUNCH_FAILED"), ("returned-again",),
+     "it completed only when the GPU service made it a third time", False),
+    (("crashed", "child exited with status -11"), ("stopped",), "and when run whole again case b stopped it "
+     "(b trapped)", False),
+])
+def test_a_batch_that_faulted_is_run_whole_again_only_once_and_only_for_a_kill(first, again, words, harness):
+    """run_contained runs a batch whole again only after a fault a context killed from
+    outside shows (CUDA_ERROR_LAUNCH_FAILED, a crash) on the batch's first run, and judges
+    its cases on it only when it completed on its own first try; otherwise each case fails
+    naming both runs (a harness error where the second raised in the harness)."""
+    from fixtures.cuda_layer.isolation import Outcome
+    from fixtures.engine import batches
+    calls = []
+
+    def call(ids):
+        calls.append(list(ids))
+        if len(ids) == 1:
+            return Outcome("returned", value={ids[0]: "ok"})
+        if len(calls) == 1:
+            return Outcome(first[0], error=first[1], poisoned=True, again=first[2] if len(first) > 2 else "")
+        if again[0] == "returned-again":
+            return Outcome("returned", value={k: "ok" for k in ids}, again="its first call faulted (...)")
+        if again[0] == "stopped":
+            return Outcome("cuda_error", value=batches.Stopped({"a": "ok"}, "b", "b trapped"), poisoned=True)
+        return Outcome(again[0], error=again[1])
+    batches.RAN_AGAIN.clear()
+    try:
+        results, why = batches.run_contained(["a", "b"], call)
+        assert len(calls) == (3 if again is None else 4), calls
+        assert not results and set(why) == {"a", "b"} and not batches.RAN_AGAIN
+        assert words in why["a"] and "a fault of the batch, not of one case" in why["a"], why["a"]
+        assert getattr(why["a"], "harness", False) == harness
+    finally:
+        batches.RAN_AGAIN.clear()
