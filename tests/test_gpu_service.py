@@ -249,7 +249,7 @@ def test_each_connection_gets_a_child_of_its_own_while_the_pool_has_them(monkeyp
     connection holds (not the one the last call used, however its warm-up stands); their
     later calls stay there; a fifth connection shares, the least recently used."""
     pool = gpu_service.Pool(None, None, general=4)
-    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": _Child())
     pool.open(4)
     last: dict = {}
     for rounds in range(3):
@@ -271,7 +271,7 @@ def test_the_calls_that_may_trap_never_take_a_workers_child(monkeypatch):
     the pool's "alone" children, the least recently used first and never more than its
     ALONE, never a general child however idle those are; the lane's end keeps one."""
     pool = gpu_service.Pool(None, None, general=2, alone=3)
-    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": _Child())
     pool.open(2)
     pool.open(5, "alone")
     assert len(pool.general) == 2 and len(pool.alone) == 3
@@ -298,7 +298,7 @@ def test_one_call_that_may_trap_at_a_time_when_asked(monkeypatch):
     """``one_alone`` (``--traps-one-at-a-time``): an "alone" call waits while another is in
     flight, however many "alone" children are idle; the batches are not held up."""
     pool = gpu_service.Pool(None, None, general=2, alone=3, one_alone=True)
-    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": _Child())
     pool.open(2)
     pool.open(3, "alone")
     first = pool.acquire("alone")
@@ -322,7 +322,7 @@ def test_one_call_that_may_trap_at_a_time_when_asked(monkeypatch):
     assert pool.summary()["one_trap_at_a_time"] is True
     assert "one_trap_at_a_time" not in gpu_service.Pool(None, None).summary()
     other = gpu_service.Pool(None, None, alone=2)            # without: released at once
-    monkeypatch.setattr(other, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(other, "_new", lambda streams=False, role="batches": _Child())
     r = other.acquire("alone")
     r.reaping = threading.Thread(target=time.sleep, args=(0.5,))
     r.reaping.start()
@@ -413,7 +413,7 @@ def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monk
     waits for the call that may trap in flight, and holds the next one back until it
     ends; other calls are not held up, and without ``one_alone`` nothing waits."""
     pool = gpu_service.Pool(None, None, general=2, alone=2, one_alone=True)
-    monkeypatch.setattr(pool, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": _Child())
     (long_target,) = gpu_service.LONG_KERNELS
     trap = pool.acquire("alone")
     done: dict = {}
@@ -449,7 +449,7 @@ def test_one_call_that_may_trap_at_a_time_stays_apart_from_the_long_kernels(monk
     t.join(10)                                           # not held back by itself
     assert not t.is_alive() and "alone" in done
     free = gpu_service.Pool(None, None, general=2, alone=2)        # without one_alone
-    monkeypatch.setattr(free, "_new", lambda streams=False: _Child())
+    monkeypatch.setattr(free, "_new", lambda streams=False, role="batches": _Child())
     held = free.acquire("alone")
     free.call("batches", long_target)                    # not held up
     free.release(held)
@@ -479,7 +479,7 @@ def test_a_call_that_faulted_beside_a_trap_is_made_again(monkeypatch, beside):
     the answer."""
     pool = gpu_service.Pool(None, None, general=1, alone=1)
     child = _Killed()
-    monkeypatch.setattr(pool, "_new", lambda streams=False: child)
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": child)
     trap_over: list = []
     if beside == "in flight":
         trap = pool.acquire("alone")
@@ -523,7 +523,7 @@ def test_a_fault_of_the_call_s_own_is_not_made_again(monkeypatch, fault):
     elif fault == "named its case":
         monkeypatch.setattr(child, "call", lambda target, *a, **k: isolation.Outcome(
             "cuda_error", value="stopped at c3", error="CUDA_ERROR_LAUNCH_FAILED", poisoned=True))
-    monkeypatch.setattr(pool, "_new", lambda streams=False: child)
+    monkeypatch.setattr(pool, "_new", lambda streams=False, role="batches": child)
     trap = pool.acquire("alone")
     out, _ = pool.call("alone" if fault == "alone" else "batches", "m:f")
     assert out.kind == "cuda_error" and not out.again and child.calls <= 1
@@ -574,3 +574,19 @@ def test_the_lane_makes_a_batch_again_that_faulted_beside_a_trap(tmp_path):
             isolation.AGAIN.clear()
         served = trap_lane.stop(make.path)["service"]
     assert served["made_again"] == 1, served
+
+
+def test_the_service_names_each_childs_pid_by_role(tmp_path):
+    """What the service served says each child's pid by role (a kernel log's Xid line
+    names a pid: which process the GPU held up, a trapping one or a bystander), the
+    children a trap replaced included."""
+    with running_lane(tmp_path, lambda path, name: gpu_service.ServiceRunner(
+            path, name, None, IsolatedRunner()), unregister=gpu_service.leave,
+            children=gpu_service.GENERAL, service=True) as make:
+        batches, alone = make("batches"), make("alone")
+        first = call(batches, "pid").value
+        poisoned = call(alone, "poison").value
+        again = call(alone, "pid").value                       # a fresh child after the trap's
+        served = trap_lane.stop(make.path)["service"]
+    assert first in served["pids"]["batches"], served
+    assert {poisoned, again} <= set(served["pids"]["alone"]) and poisoned != again, served
