@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 
 import fixtures.host_encode as he
-from fixtures.tensormap import encode as enc, params as tp, sweep
-from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement, replace_params
-from fixtures.tensormap.params import encode_params
-from fixtures.cuda_layer.cuda_core import Refused, enum_value
-from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, DataType, Interleave,
+from fixtures.tensormap import params as tp, sweep
+from fixtures import engine
+from fixtures.host_encode import DOCUMENTED_STATUSES, RuleDisagreement
+from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, DataType, Interleave,
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.rules.registry import RuleError, check, fail_all
@@ -98,14 +97,17 @@ def pytest_generate_tests(metafunc):
 
 # --------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
-def alloc(gpu):
-    """A device allocation whose address the cases offset from (>= 256-byte aligned)."""
-    import cupy  # lazy: CuPy: optional (extras), slow to import
-    buf = cupy.zeros(ALLOC_BYTES, dtype=cupy.uint8)
-    base = int(buf.data.ptr)
-    assert base % 256 == 0, f"allocation base {base:#x} is not 256-byte aligned"
-    yield base
-    del buf
+def driver(gpu) -> he.Driver:
+    """The suite's driver calls, made in an isolated child (the worker opens no context
+    for them: fixtures/host_encode/runner.py)."""
+    return he.Driver(gpu)
+
+
+@pytest.fixture(scope="session")
+def rule_encodes(request, gpu) -> he.RuleEncodes:
+    """The rule cases this session runs, encoded per batch in an isolated child."""
+    selected = engine.selected_ids(request.session.items, ("encode_case",), __file__, gpu=gpu)
+    return he.RuleEncodes(gpu, [c for c in he.rule_cases(sweep.level(request.config)) if c.id in selected])
 
 
 @pytest.fixture(scope="session")
@@ -160,12 +162,12 @@ def check_against_rules(p, result_status: str, ok: bool, cc, what: str, target=N
 
 
 # --------------------------------------------------------------------- rule cases
-def test_rule_case(encode_case, gpu, alloc, encode_log):
+def test_rule_case(encode_case, gpu, rule_encodes, encode_log):
     """The driver's accept/reject equals the rules model's for one boundary case."""
     p, cc = encode_case.params, gpu.cc
     verdict = he.evaluate(p, cc, _ignore(p, cc))
     if isinstance(p, tp.ReplaceParams):
-        out = replace_params(p, alloc)
+        out = rule_encodes.result(encode_case)
         if encode_log:
             encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
                                          "side": encode_case.side, "model": verdict.accept,
@@ -182,7 +184,7 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
         check_against_rules(p, out.replaced.status_name, out.replaced.ok, cc, encode_case.id,
                             target=encode_case.rule)
         return
-    res = encode_params(p, alloc)
+    res = rule_encodes.result(encode_case)
     if encode_log:
         encode_log.write(json.dumps({"id": encode_case.id, "rule": encode_case.rule,
                                      "side": encode_case.side, "model": verdict.accept,
@@ -192,12 +194,12 @@ def test_rule_case(encode_case, gpu, alloc, encode_log):
 
 @pytest.mark.rule(WIDE_ARCH)
 @pytest.mark.requires_driver_api(he.WIDE_API)
-def test_im2col_wide_rejected_below_cc100(gpu, alloc):
+def test_im2col_wide_rejected_below_cc100(gpu, driver):
     """\"This API is only supported on devices of compute capability 10.0 or higher.\"
     A valid im2col-wide map must be rejected below 10.0 (and accepted from 10.0)."""
     p = he.make_wide(DataType.FLOAT16, 3, Interleave.NONE, Swizzle.B128, L2Promotion.NONE,
                      OobFill.NONE, 0)
-    res = encode_params(p, alloc)
+    res = driver.encode(p, WIDE_ARCH, "valid im2col-wide map")
     check_against_rules(p, res.status_name, res.ok, gpu.cc, "valid im2col-wide map",
                         target=WIDE_ARCH) if gpu.cc >= (10, 0) else None
     if gpu.cc < (10, 0):
@@ -210,17 +212,18 @@ def test_im2col_wide_rejected_below_cc100(gpu, alloc):
 
 # --------------------------------------------------------------------- valid maps
 @pytest.mark.rule("accepts-valid")
-def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
+def test_every_valid_tiled_combination_encodes(valid_group, gpu, driver):
     """dtype x rank: every interleave x swizzle x L2 x fill the rules allow encodes."""
     dshort, rank = valid_group
     dt = DataType[[d.name for d in DataType if short(d) == dshort][0]]
     combos = [p for p in he.valid_tiled_combinations(gpu.sm) if p.dtype == dt and p.rank == rank]
     assert combos, f"no valid combination generated for {dshort} rank {rank}"
-    bad = []
     for p in combos:
         v = he.evaluate(p, gpu.cc)
         assert v.accept, f"generator bug: {he.base_id(p)} breaks {v.ids}"
-        res = encode_params(p, alloc)
+    answers = driver.run([he.Step("encode", p) for p in combos], "accepts-valid", f"{dshort}-r{rank}")
+    bad = []
+    for p, res in zip(combos, answers):
         if not res.ok:
             bad.append(f"{he.base_id(p)}: {res.status_name}  params={_params_text(p)}")
     check(not bad, "accepts-valid", f"{dshort}-r{rank}",
@@ -229,53 +232,63 @@ def test_every_valid_tiled_combination_encodes(valid_group, gpu, alloc):
 
 
 @pytest.mark.rule("encode.deterministic")
-def test_encode_is_deterministic(valid_params, gpu, alloc, request):
-    a = encode_params(valid_params, alloc)
-    b = encode_params(valid_params, alloc)
+def test_encode_is_deterministic(valid_params, gpu, driver, request):
     cid = request.node.callspec.id
+    # seed 004: "tensorMap address must be aligned to 64 bytes": 64 is, and the map's own
+    # address is not one of its parameters (the third encode, at offset 64)
+    a, b, *c = driver.run([he.Step("encode", valid_params)] * 2
+                          + ([he.Step("encode", valid_params, 64)] if valid_params.map_offset == 0 else []),
+                          "encode.deterministic", cid)
     check(a.ok, "accepts-valid", cid,
           f"valid map rejected: {a.status_name} {_params_text(valid_params)}")
     assert b.ok and a.map_bytes == b.map_bytes, (
         f"two encodes of the same parameters differ:\n  {a.map_bytes.hex()}\n  "
         f"{b.map_bytes.hex() if b.map_bytes else b.status_name}")
-    if valid_params.map_offset == 0:
-        # seed 004: "tensorMap address must be aligned to 64 bytes": 64 is, and the map's
-        # own address is not one of its parameters
-        c = encode_params(valid_params, alloc, map_offset=64)
+    if c:
+        c = c[0]
         check(c.ok, "map.align64", cid, f"a valid map written at a 64-byte aligned address "
                                          f"(offset 64) was rejected: {c.status_name} "
                                          f"{_params_text(valid_params)}")
         assert c.map_bytes == a.map_bytes, "the map's own address changed its bytes"
 
 
-def _address_bits(p, alloc) -> int:
-    """Bits of the map that change when only globalAddress changes (single-bit flips)."""
-    align = he.address_align(p)
-    ref = encode_params(p, alloc)
+def _address_bits(p, ref, others) -> int:
+    """Bits of the map that change when only globalAddress changes (single-bit flips):
+    ``ref`` encoded at its own offset, ``others`` at each of :func:`_flips`."""
     mask = 0
-    bit = align
-    while bit < ALLOC_BYTES:
-        other = encode_params(p.with_(address_offset=bit), alloc)
+    for bit, other in zip(_flips(p), others):
         assert other.ok, f"encode at offset {bit} failed: {other.status_name}"
         mask |= int.from_bytes(ref.map_bytes, "little") ^ int.from_bytes(other.map_bytes, "little")
-        bit <<= 1
     return mask
 
 
+def _flips(p) -> list[int]:
+    """The address offsets of :func:`_address_bits`: each power of two from the address
+    alignment up to the allocation's size."""
+    out, bit = [], he.address_align(p)
+    while bit < ALLOC_BYTES:
+        out.append(bit)
+        bit <<= 1
+    return out
+
+
 @pytest.mark.rule("replace.equals-fresh-encode")
-def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc, request):
+def test_replace_address_equals_fresh_encode(valid_params, gpu, driver, request):
     p = valid_params
     align = he.address_align(p)
-    first = encode_params(p, alloc)
     cid = request.node.callspec.id
+    flips, offsets = _flips(p), (align, 7 * align, 1 << 12, (1 << 21) + align)
+    steps = [he.Step("encode", p)] + [he.Step("encode", p.with_(address_offset=bit)) for bit in flips]
+    for off in offsets:          # the first map's address replaced, and a fresh encode there
+        steps += [he.Step("replace", of=0, offset=off), he.Step("encode", p.with_(address_offset=off))]
+    answers = driver.run(steps, "replace.equals-fresh-encode", cid)
+    first, others, pairs = answers[0], answers[1:1 + len(flips)], answers[1 + len(flips):]
     check(first.ok, "accepts-valid", cid, f"{first.status_name} {_params_text(p)}")
-    mask = _address_bits(p, alloc)
+    mask = _address_bits(p, first, others)
     assert bin(mask).count("1") >= 8, f"only {bin(mask).count('1')} map bits follow the address"
-    for off in (align, 7 * align, 1 << 12, (1 << 21) + align):
-        new = alloc + off
-        rep = enc.replace_address(first.map_bytes, new)
-        fresh = encode_params(p.with_(address_offset=off), alloc)
-        check(rep.ok, "replace.address.align16", cid, f"ReplaceAddress({new:#x}) -> {rep.status_name}")
+    for off, rep, fresh in zip(offsets, pairs[0::2], pairs[1::2]):
+        check(rep.ok, "replace.address.align16", cid,
+              f"ReplaceAddress(allocation + {off:#x}) -> {rep.status_name}")
         assert fresh.ok
         assert rep.map_bytes == fresh.map_bytes, (
             f"ReplaceAddress(+{off}) differs from a fresh encode at that address:\n"
@@ -290,53 +303,48 @@ def test_replace_address_equals_fresh_encode(valid_params, gpu, alloc, request):
 
 
 @pytest.mark.rule("encode.peer-agrees")
-def test_cuda_core_matches_encode_tiled(peer_case, gpu, cuda_core_dumper, request):
-    peer = cuda_core_dumper
-    import cupy  # lazy: CuPy: optional (extras), slow to import
+def test_cuda_core_matches_encode_tiled(peer_case, gpu, driver, request):
     p = peer_case
     dt = DataType(p.dtype)
-    shape = tuple(reversed(p.global_dim))
-    arr = cupy.zeros(shape, dtype=NUMPY_STORAGE[dt])
-    strides = tuple(reversed(arr.strides))[1:]
-    q = p.with_(global_strides=strides, address_offset=0)
-    ours = encode_params(q, int(arr.data.ptr))
+    options = (("element_strides", "", tuple(reversed(p.element_strides))),
+               ("swizzle", "TensorMapSwizzle", int(p.swizzle)),
+               ("l2_promotion", "TensorMapL2Promotion", int(p.l2_promotion)),
+               ("oob_fill", "TensorMapOOBFill", int(p.oob_fill)),
+               ("interleave", "TensorMapInterleave", int(p.interleave)))
+    if dt not in NUMPY_NAMES_IT:
+        options += (("data_type", "TensorMapDataType", int(dt)),)
+    peer = driver.run([he.Step("peer", p, box=tuple(reversed(p.box_dim)), options=options)],
+                      "encode.peer-agrees", request.node.callspec.id)[0]
+    if peer.unavailable:
+        pytest.skip(f"cuda.core cannot make tensor maps here: {peer.unavailable} (pip install -e '.[cu13]')")
+    q, ours = peer.params, peer.ours
     check(ours.ok, "accepts-valid", request.node.callspec.id,
           f"encode_tiled rejected {ours.status_name} {_params_text(q)}")
-    kw = dict(element_strides=tuple(reversed(q.element_strides)),
-              swizzle=enum_value("TensorMapSwizzle", q.swizzle),
-              l2_promotion=enum_value("TensorMapL2Promotion", q.l2_promotion),
-              oob_fill=enum_value("TensorMapOOBFill", q.oob_fill),
-              interleave=enum_value("TensorMapInterleave", q.interleave))
-    if dt not in NUMPY_NAMES_IT:
-        kw["data_type"] = enum_value("TensorMapDataType", dt)
-    try:
-        desc = peer.descriptor(arr, tuple(reversed(q.box_dim)), **kw)
-    except Refused as exc:   # cuda.core's refusal: the finding (other errors: the harness's)
-        pytest.fail(f"cuda.core refused a map the driver encodes: {exc}\n"
+    if peer.refused:     # cuda.core's refusal: the finding (other errors: the harness's)
+        pytest.fail(f"cuda.core refused a map the driver encodes: {peer.refused}\n"
                     f"  params: {_params_text(q)}")
-    theirs = peer.map_bytes(desc)
-    assert theirs == ours.map_bytes, (
+    assert peer.theirs == ours.map_bytes, (
         f"cuda.core and cuTensorMapEncodeTiled give different bytes for {_params_text(q)}\n"
-        f"  encode_tiled {ours.map_bytes.hex()}\n  cuda.core    {theirs.hex()}")
+        f"  encode_tiled {ours.map_bytes.hex()}\n  cuda.core    {peer.theirs.hex()}")
 
 
 # --------------------------------------------------------------------- field edge cases
 @pytest.mark.rule("accepts-valid")
-def test_field_case(field_case, gpu, alloc):
+def test_field_case(field_case, gpu, driver):
     name, p, source = field_case
-    res = encode_params(p, alloc)
+    res = driver.encode(p, "accepts-valid", f"{name} ({source})")
     check_against_rules(p, res.status_name, res.ok, gpu.cc, f"{name} ({source})")
 
 
 @pytest.mark.rule("global_strides.mult16")
-def test_rank1_null_and_empty_strides_agree(gpu, alloc):
+def test_rank1_null_and_empty_strides_agree(gpu, driver):
     """Rank 1 reads no stride: NULL, [] and a one-element list must give one answer."""
     f16 = tp.TiledParams(dtype=6, rank=1, global_dim=(256,), global_strides=(), box_dim=(64,),
                         element_strides=(1,))
-    answers = {}
-    for label, s in (("empty", ()), ("null", None), ("one", (512,))):
-        r = encode_params(f16.with_(global_strides=s), alloc)
-        answers[label] = (r.status_name, r.map_bytes)
+    labels = (("empty", ()), ("null", None), ("one", (512,)))
+    got = driver.run([he.Step("encode", f16.with_(global_strides=s)) for _, s in labels],
+                     "global_strides.mult16", "rank1-strides")
+    answers = {label: (r.status_name, r.map_bytes) for (label, _), r in zip(labels, got)}
     names = {k: v[0] for k, v in answers.items()}
     check(len({v[0] for v in answers.values()}) == 1, "global_strides.mult16", "rank1-strides",
           f"rank 1 answers depend on an array of rank - 1 = 0 elements: {names}",
