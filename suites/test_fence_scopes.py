@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import fences
+from fixtures import engine, fences
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.rules.registry import check
@@ -99,8 +99,17 @@ def _report(request, result):
     print(result.line())
 
 
-def _run(gpu, kernels, fn, **kw):
-    return fn(gpu.arch, kernels.cache_dir, **kw)
+def _run(request, gpu, kernels, fn, **kw):
+    """The scenario ``fn`` of ``fixtures.fences`` in an isolated child (one hardware work
+    queue, as its worker had, unless it runs several streams at once; the worker opens no
+    context for it): its Result. A run that
+    does not return fails the test's rule naming why (a trap, a hang, a crash); the
+    harness's own exception in the child is a HarnessError."""
+    name = next(k for k, f in fences.RUNNERS.items() if f is fn)
+    out = run_isolated(fences.isolated, name, gpu.arch, kernels.cache_dir, device=gpu.ordinal,
+                       timeout=240, streams=fences.needs_streams(name, kw.get("mode")), **kw)
+    return engine.value_of(out, request.node.get_closest_marker("rule").args[0], request.node.callspec.id,
+                           "the scenario")
 
 
 # ------------------------------------------------------------------ 1. same block
@@ -109,7 +118,7 @@ def test_same_block(gpu, kernels, request, case):
     """One block modifies the map in shared memory (tensormap.replace: address, dims,
     stride), publishes it to global memory with tensormap.cp_fenceproxy, acquires it
     with fence.proxy.tensormap::generic and loads through it, every iteration."""
-    r = _run(gpu, kernels, fences.run_same_block, **case)
+    r = _run(request, gpu, kernels, fences.run_same_block, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
@@ -121,7 +130,7 @@ def test_across_blocks(gpu, kernels, request, case):
     every consumer block waits for it (bounded), acquires the map in its own block at
     the scope and loads. Slots are reused only after every consumer's loads through
     them completed."""
-    r = _run(gpu, kernels, fences.run_across_blocks, **case)
+    r = _run(request, gpu, kernels, fences.run_across_blocks, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", "fence.same-block",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
@@ -182,7 +191,7 @@ def test_across_kernels(gpu, kernels, request, case):
     events between two streams, or captured once in a CUDA graph whose replays each
     encode the next version (new address and dims: cudnn-frontend#1126). The events
     mode puts kernels on two streams at once: it runs in a child with the user's
-    hardware work queues (fixtures.fences.SEVERAL_STREAMS), the others in the worker."""
+    hardware work queues (fixtures.fences.SEVERAL_STREAMS), the others in a child of one."""
     if fences.needs_streams("across_kernels", case["mode"]):
         out = run_isolated("fixtures.fences.runner:isolated", "across_kernels", gpu.arch, kernels.cache_dir,
                            device=gpu.ordinal, timeout=240, streams=True, **case)
@@ -191,7 +200,7 @@ def test_across_kernels(gpu, kernels, request, case):
         check(r is not None, "fence.release-acquire", request.node.callspec.id,
               f"the producer and consumer kernels on two streams could not run: {out}\n{out.detail}\n{rules}")
     else:
-        r = _run(gpu, kernels, fences.run_across_kernels, **case)
+        r = _run(request, gpu, kernels, fences.run_across_kernels, **case)
         _report(request, r)
     r.check("fence.release-acquire", "fence.not-delegated", "fence.other-blocks",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
@@ -218,7 +227,7 @@ def test_pdl(gpu, kernels, request, case):
     consumer, launched with programmatic stream serialization, executes
     griddepcontrol.wait, acquires the map in each block and loads: every load sees the
     published version (PTX ISA, griddepcontrol)."""
-    r = _run(gpu, kernels, fences.run_pdl, **case)
+    r = _run(request, gpu, kernels, fences.run_pdl, **case)
     _report(request, r)
     r.check("fence.pdl-wait", "fence.release-acquire", f"fence.scope-{case['scope']}",
             case=request.node.callspec.id)
@@ -246,7 +255,7 @@ def test_host_written(gpu, kernels, request, case):
     """Each version is encoded on the host (cuTensorMapEncodeTiled) and copied
     (cudaMemcpyAsync) into one device slot in stream order; the consumer kernel (or a
     captured graph replayed after each copy) acquires it at .sys in every block."""
-    r = _run(gpu, kernels, fences.run_host_written, **case)
+    r = _run(request, gpu, kernels, fences.run_host_written, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.same-block", "fence.scope-sys", case=request.node.callspec.id)
 
@@ -275,7 +284,7 @@ def test_in_flight(gpu, kernels, request, case):
     next version in shared memory while they are in flight, and publishes it to the
     global map only after the mbarrier says the loads completed (the ordering
     DeepGEMM#343 and cutlass#2162 lacked)."""
-    r = _run(gpu, kernels, fences.run_in_flight, **case)
+    r = _run(request, gpu, kernels, fences.run_in_flight, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.no-repeat", "fence.block-sync",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
@@ -286,7 +295,7 @@ def test_in_flight_ring(gpu, kernels, request, case):
     """Two map slots: the producer block publishes version i + 1 into one slot while
     consumer blocks' loads (4 per iteration) through the other are in flight; a slot
     is rewritten only after every consumer counted its loads through it complete."""
-    r = _run(gpu, kernels, fences.run_across_blocks, name="in-flight-ring", **case)
+    r = _run(request, gpu, kernels, fences.run_across_blocks, name="in-flight-ring", **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", "fence.no-repeat",
             f"fence.scope-{case['scope']}", case=request.node.callspec.id)
@@ -321,7 +330,7 @@ def test_in_flight_ring_no_drain(gpu, kernels, request, case):
 def test_stress_across_blocks(gpu, kernels, request, case):
     """Many consumer blocks (4 per SM at the standard sweep) and many re-encodings of
     one slot: each handoff is published, flagged, acquired per block and checked."""
-    r = _run(gpu, kernels, fences.run_across_blocks, name="stress-across-blocks", **case)
+    r = _run(request, gpu, kernels, fences.run_across_blocks, name="stress-across-blocks", **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.other-blocks", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
 
@@ -330,6 +339,6 @@ def test_stress_across_blocks(gpu, kernels, request, case):
 def test_stress_same_block(gpu, kernels, request, case):
     """Many blocks (8 per SM at the standard sweep), each re-encoding, publishing,
     acquiring and loading its own map many times."""
-    r = _run(gpu, kernels, fences.run_same_block, **case)
+    r = _run(request, gpu, kernels, fences.run_same_block, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}", case=request.node.callspec.id)

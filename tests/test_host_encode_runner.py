@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import fixtures.host_encode as he
+from fixtures import engine
 from fixtures.cuda_layer import isolation
 from fixtures.cuda_layer.faults import HarnessError
 from fixtures.cuda_layer.isolation import Outcome, run_isolated
@@ -74,16 +75,19 @@ def test_a_replace_case_is_answered_as_the_suite_reads_it(fake_driver):
     assert got.replaced == _ok(BASE + case.params.new_address_offset, got.base.map_bytes[8])
 
 
-def test_answer_reads_an_outcome_as_the_suite_does():
+def test_value_of_reads_an_outcome_as_the_suites_do():
     """Returned: its value. The harness's exception in the child: a HarnessError. Any
     other outcome (a crash, a hang): the test's rule fails for its case, saying why."""
-    assert runner.answer(Outcome("returned", [1]), "accepts-valid", "c1") == [1]
+    assert engine.value_of(Outcome("returned", [1]), "accepts-valid", "c1") == [1]
     with pytest.raises(HarnessError, match="harness: the encode in the isolated child raised"):
-        runner.answer(Outcome("exception", error="KeyError: 'x'"), "accepts-valid", "c1")
+        engine.value_of(Outcome("exception", error="KeyError: 'x'"), "accepts-valid", "c1", "the encode")
     with pytest.raises(RuleFailure) as exc:
-        runner.answer(Outcome("crashed", error="signal 11"), "accepts-valid", "c1")
+        engine.value_of(Outcome("crashed", error="signal 11"), "accepts-valid", "c1", "the encode")
     assert str(exc.value).startswith("[rule accepts-valid] [case c1] the encode did not complete: "
                                      "the isolated child died: signal 11")
+    with pytest.raises(RuleFailure, match=r"\[case c1\] the scenario did not complete: it hung"):
+        engine.value_of(Outcome("timeout", error="no answer in 240 s"), "fence.release-acquire", "c1",
+                        "the scenario")
 
 
 def test_rule_cases_one_call_per_batch_and_a_crash_names_its_case(fake_driver, monkeypatch):
