@@ -1,6 +1,7 @@
 """Toolchain conformance: the installation's NVRTC and CCCL build every kernel for
 the arch-specific targets, refuse ``tensormap.replace`` on the plain target, and a
-host-encoded map TMA-loads bit-exactly (GPU smoke test, trap and timeout contained).
+host-encoded map TMA-loads bit-exactly (GPU smoke test, trap and timeout contained), each
+in an isolated child.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fixtures import engine
 from fixtures.cuda_layer import build, status
 from fixtures.toolchain import smoke
 from fixtures.cuda_layer.isolation import run_isolated
@@ -56,14 +58,24 @@ def _smoke_id(c):
     return f"box-at-x{c[0]}-y{c[1]}"
 
 
+def _load(gpu, kernels, host, coords, rule: str, case: str):
+    """The smoke loads of ``host`` at ``coords`` in an isolated child (the worker opens no
+    context for them): (tiles, status words). A refused encode fails the test; a load that
+    does not complete fails ``rule`` naming why."""
+    out = run_isolated(smoke.isolated_load, host, SMOKE_BOX, coords, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    tiles, st, refused = engine.value_of(out, rule, case, "the smoke load")
+    assert not refused, f"cuTensorMapEncodeTiled of the smoke map returned {refused}"
+    return tiles, st
+
+
 @pytest.mark.rule("toolchain.smoke-load")
 def test_smoke_tile_loads_bit_exact(gpu, kernels):
     """Box loads at aligned coordinates, interior, straddling the edges, negative and
     fully outside, equal the CuPy slice with zero fill, bit for bit."""
     rng = np.random.default_rng(20261121)
     host = rng.standard_normal(SMOKE_SHAPE).astype(np.float32)
-    tiles, st = smoke.load_boxes(host, SMOKE_BOX, SMOKE_COORDS, arch=gpu.arch,
-                                 cache_dir=kernels.cache_dir)
+    tiles, st = _load(gpu, kernels, host, SMOKE_COORDS, "toolchain.smoke-load", "smoke")
     status.check_status(st, [_smoke_id(c) for c in SMOKE_COORDS])
     for tile, (x, y) in zip(tiles, SMOKE_COORDS):
         want = smoke.expected_box(host, x, y, *SMOKE_BOX)
@@ -78,8 +90,8 @@ def test_smoke_tile_loads_bit_exact(gpu, kernels):
 @pytest.mark.rule("toolchain.trap-contained")
 def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     """A load at inner coordinate 1 (4 bytes) traps (measured, rule tma-load.trap:
-    CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result,
-    and this worker's own context stays usable."""
+    CUDA_ERROR_ILLEGAL_INSTRUCTION, sticky). In a child process it is a result, and the
+    run's other processes on the GPU stay usable (a load in another child is right)."""
     out = run_isolated("fixtures.toolchain.smoke:probe_trap", gpu.arch, kernels.cache_dir,
                        device=gpu.ordinal, timeout=120, alone=True)
     assert out.kind == "cuda_error", f"expected a trap, got {out}\n{out.detail}"
@@ -87,10 +99,9 @@ def test_unaligned_inner_coordinate_trap_is_contained(gpu, kernels):
     assert out.error == "CUDA_ERROR_ILLEGAL_INSTRUCTION", (
         f"trap reported as {out.error}; on the H200 and H100 it was CUDA_ERROR_ILLEGAL_INSTRUCTION")
     host = np.ones(SMOKE_SHAPE, dtype=np.float32)
-    tiles, st = smoke.load_boxes(host, SMOKE_BOX, [(0, 0)], arch=gpu.arch,
-                                 cache_dir=kernels.cache_dir)
+    tiles, st = _load(gpu, kernels, host, [(0, 0)], "toolchain.trap-contained", "after-the-trap")
     status.check_status(st, ["after the trap"])
-    assert (tiles == 1).all(), "this worker's context misbehaves after the isolated trap"
+    assert (tiles == 1).all(), "another child's load misbehaves after the isolated trap"
     again = run_isolated("fixtures.toolchain.smoke:probe_timeout", gpu.arch, kernels.cache_dir,
                          device=gpu.ordinal, timeout=120, alone=True)
     assert again.kind == "returned", f"the next child after the trap failed: {again}\n{again.detail}"
