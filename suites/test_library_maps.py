@@ -51,17 +51,15 @@ import pytest
 
 from fixtures import engine, library_maps as lm
 from fixtures.cuda_layer import memory_kinds
-from fixtures.cuda_layer.cuda_core import Refused, enum_value
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.cuda_layer.toolchain_choice import dist_version
 from fixtures.tensormap import sweep
 from fixtures.rules import registry
-from fixtures.tensormap.enums import DTYPES, NUMPY_NAMES_IT, NUMPY_STORAGE, OobFill, Swizzle
+from fixtures.tensormap.enums import DTYPES, OobFill, Swizzle
 from fixtures.cuda_layer.faults import HarnessError
 from fixtures.plugins.reporting.case_rules import rests_on
 from fixtures.rules.registry import check, fail, fail_all
 
-POOL_BYTES = lm.CUDA_CORE_POOL_BYTES
 # What a quoted module's package is installed as, and how (where it is not Triton's)
 DISTRIBUTIONS = {"cutlass": lm.cute_dsl.DISTRIBUTION}
 INSTALLS = {"cutlass": lm.cute_dsl.INSTALL, "jax": lm.mosaic.INSTALL}
@@ -436,83 +434,61 @@ def test_triton_device_map_reused(variant, gpu, request):
 
 # --------------------------------------------------------------------- cuda.core
 @pytest.fixture(scope="session")
-def cuda_core_pool(cuda_core_dumper):
-    import cupy  # lazy: CuPy: optional (extras), slow to import
-    return cupy.zeros(POOL_BYTES, dtype=cupy.uint8)
-
-
-def _cuda_core_options(p) -> dict:
-    """as_tensor_map's options for the case's parameters (the data type where the array's
-    does not name it)."""
-    kw = dict(element_strides=tuple(reversed(p.element_strides)),
-              swizzle=enum_value("TensorMapSwizzle", p.swizzle),
-              oob_fill=enum_value("TensorMapOOBFill", p.oob_fill),
-              interleave=enum_value("TensorMapInterleave", p.interleave))
-    if p.dtype not in NUMPY_NAMES_IT:
-        kw["data_type"] = enum_value("TensorMapDataType", p.dtype)
-    return kw
+def cuda_core_runs(request, gpu, kernels):
+    """The session's cuda.core cases (cudaMalloc's memory), made per batch in an isolated
+    child with the driver's references (fixtures/library_maps/cuda_core_run.py)."""
+    selected = engine.selected_ids(request.session.items, ("cuda_core_case",), __file__, gpu=gpu)
+    return lm.CudaCoreBatches(gpu, kernels, [c for c in lm.cuda_core_cases(sweep.level(request.config))
+                                             if c.id in selected])
 
 
 @pytest.mark.rule("library.cuda-core.map")
-def test_cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request):
-    _cuda_core_map(cuda_core_case, cuda_core_dumper, cuda_core_pool, request)
+def test_cuda_core_map(cuda_core_case, cuda_core_runs, request):
+    _cuda_core_map(cuda_core_case, cuda_core_runs.result(cuda_core_case), request)
 
 
 @pytest.mark.rule("library.cuda-core.map")
 @pytest.mark.parametrize("memory", [k for k in memory_kinds.KINDS if k != "device"])
-def test_cuda_core_map_memory_kind(memory, cuda_core_dumper, request):
+def test_cuda_core_map_memory_kind(memory, gpu, request):
     """cuda.core's map over a tensor in each kind of memory but cudaMalloc's
     (NVIDIA/cccl#10511: a managed pool's pointers refused by CCCL's encoder) equals the
     driver's, as over cudaMalloc's (test_cuda_core_map), for the first cuda.core case."""
-    import numpy as np
     c = lm.cuda_core_cases(sweep.level(request.config))[0]
-    pool, held = memory_kinds.to_gpu(np.zeros(POOL_BYTES, dtype=np.uint8), memory)
-    try:
-        _cuda_core_map(c, cuda_core_dumper, pool, request, f" over {memory} memory")
-    finally:
-        del pool
-        held.close()
+    _cuda_core_map(c, lm.cuda_core_call(c, gpu, "library.cuda-core.map", memory=memory), request,
+                   f" over {memory} memory")
 
 
-def _cuda_core_map(c, cuda_core_dumper, cuda_core_pool, request, where: str = ""):
-    """cuda.core's map of case ``c`` over ``cuda_core_pool`` (a CuPy array) against the
+def _unavailable(r: dict) -> None:
+    if "unavailable" in r:
+        pytest.skip(f"cuda.core cannot make tensor maps here: {r['unavailable']} (pip install -e '.[cu13]')")
+
+
+def _cuda_core_map(c, r: dict, request, where: str = ""):
+    """cuda.core's map of case ``c`` (``r``: made in the isolated child) against the
     driver's (library.cuda-core.map)."""
-    import cupy  # lazy: CuPy: optional (extras), slow to import
-    p = c.load
-    es = p.esize
-    arr = cupy.ndarray(tuple(c.shape()), dtype=NUMPY_STORAGE[p.dtype], memptr=cuda_core_pool.data,
-                       strides=tuple(s * es for s in c.strides_elems()))
+    _unavailable(r)
     request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
-    try:
-        desc = cuda_core_dumper.descriptor(arr, tuple(c.block()), **_cuda_core_options(p))
-    except Refused as exc:   # cuda.core's refusal: the finding (other errors: the harness's)
-        fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes{where}: {exc}")
-    v = lm.cuda_core(c, cuda_core_dumper.map_bytes(desc), int(cuda_core_pool.data.ptr))
+    if "refused" in r:   # cuda.core's refusal: the finding (other errors: the harness's)
+        fail("library.cuda-core.map", c.id, f"cuda.core refused a map the driver encodes{where}: {r['refused']}")
+    v = lm.cuda_core(c, r["lib"], r["address"], refs=r["refs"])
     _explained(request, v)
     fail_all(c.id, v.errors)
 
 
 @pytest.mark.rule("library.cuda-core.view")
 @pytest.mark.parametrize("interface", ["dlpack", "cuda_array_interface"])
-def test_cuda_core_view(cuda_core_view_case, interface, cuda_core_dumper, request):
+def test_cuda_core_view(cuda_core_view_case, interface, gpu, request):
     """StridedMemoryView.as_tensor_map of a CuPy view inside a larger tensor, the view read
     through DLPack or the CUDA Array Interface: its map against the driver's at the view's
-    first byte (the parent's address plus the view's offset, reckoned here)."""
-    import cupy  # lazy: CuPy: optional (extras), slow to import
-    c, p = cuda_core_view_case, cuda_core_view_case.load
-    parent = cupy.asarray(lm.parent_bytes(c)).view(NUMPY_STORAGE[p.dtype])
-    parent = parent.reshape(lm.parent_shape(c))
-    view = parent[tuple(slice(a, a + d) for a, d in zip(reversed(c.view), c.shape()))]
-    base, address = int(parent.data.ptr), int(parent.data.ptr) + lm.view_offset(c)
+    first byte (the parent's address plus the view's offset, reckoned in the child)."""
+    c, rule = cuda_core_view_case, "library.cuda-core.view"
+    r = lm.cuda_core_call(c, gpu, rule, interface=interface)
+    _unavailable(r)
     request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
-    try:
-        desc = cuda_core_dumper.descriptor(view, tuple(c.block()), interface, **_cuda_core_options(p))
-    except Refused as exc:
-        fail("library.cuda-core.view", c.id, f"cuda.core refused a map of a view the driver "
-             f"encodes: {exc}")
-    lib = cuda_core_dumper.map_bytes(desc)
-    v = lm.view_verdict(lambda at: lm.cuda_core(c, lib, at, "library.cuda-core.view"), c,
-                        address, base)
+    if "refused" in r:
+        fail(rule, c.id, f"cuda.core refused a map of a view the driver encodes: {r['refused']}")
+    address, base = r["address"], r["address"] - lm.view_offset(c)
+    v = lm.view_verdict(lambda at: lm.cuda_core(c, r["lib"], at, rule, refs=r["refs"]), c, address, base)
     _explained(request, v)
     fail_all(c.id, v.errors)
 

@@ -302,6 +302,7 @@ RUNTIME_SKIPS = {
     "test_host_encode.py::test_rule_case": "a replace case's base map that the rules and this driver both reject",
     "test_host_encode.py::test_cuda_core_matches_encode_tiled": "cuda.core in the child cannot make tensor maps",
     "test_library_maps.py::_result": "Triton in the child cannot run the case (its launcher's API differs)",
+    "test_library_maps.py::_unavailable": "cuda.core in the child cannot make tensor maps",
     "test_library_maps.py::test_triton_host_map": "this Triton's host map bytes cannot be read",
     "test_library_maps.py::test_triton_device_map_reused": "Triton in the child cannot run the kernel",
     "test_multicast.py::test_multicast": "the GPU refused the cluster launch (measured in the child)",
