@@ -189,7 +189,7 @@ def _at(c, r, check):
     return check(r.get("launched_address", r["address"]))
 
 
-def _launched_map(c, r, rule: str, verb: str, request,
+def _launched_map(c, r, rule: str, verb: str, request, references,
                   map_rule: str = "library.triton.host-map") -> list:
     """The map Triton's launcher made for the case's TensorDescriptor argument (with the
     kernel's metadata) against the driver's: [(rule, message)]. A kernel that did not
@@ -204,16 +204,24 @@ def _launched_map(c, r, rule: str, verb: str, request,
     if not errors:
         v = _at(c, r, lambda address: lm.triton_host(
             c, r["launched"], address, Swizzle(meta["swizzle"]), box, f"The map Triton's "
-            f"launcher made (make_tensordesc_arg with the kernel's metadata {meta})", map_rule))
+            f"launcher made (make_tensordesc_arg with the kernel's metadata {meta})", map_rule,
+            references))
         _explained(request, v)
         errors += v.errors
     return errors
 
 
+@pytest.fixture(scope="session")
+def references(gpu) -> lm.References:
+    """The driver's maps the Triton checks compare with, made in an isolated child (the
+    worker opens no context for them) and kept."""
+    return lm.References(gpu)
+
+
 # --------------------------------------------------------------------- Triton, host
 @pytest.mark.rule("library.triton.host-map")
 @needs_triton
-def test_triton_host_map(triton_case, triton_runs, request):
+def test_triton_host_map(triton_case, triton_runs, references, request):
     r = _result(triton_runs, triton_case, request)
     if "fill_error" in r:
         if UNREADABLE in r["fill_error"]:
@@ -221,17 +229,18 @@ def test_triton_host_map(triton_case, triton_runs, request):
         fail("library.triton.host-map", triton_case.id,
              f"Triton's fill_tma_descriptor refused a map the driver encodes: {r['fill_error']}")
     v = lm.triton_host(triton_case, r["fill"], r["address"], triton_case.load.swizzle,
-                       triton_case.load.box_dim, "Triton's host map (fill_tma_descriptor)")
+                       triton_case.load.box_dim, "Triton's host map (fill_tma_descriptor)",
+                       driver=references)
     _explained(request, v)
     fail_all(triton_case.id, v.errors)
 
 
 @pytest.mark.rule("library.triton.load")
 @needs_triton
-def test_triton_host_load(triton_case, triton_runs, request):
+def test_triton_host_load(triton_case, triton_runs, references, request):
     c = triton_case
     r = _result(triton_runs, c, request)
-    errors = _launched_map(c, r, "library.triton.load", "loading", request)
+    errors = _launched_map(c, r, "library.triton.load", "loading", request, references)
     errors += lm.check_block(c, r.get("host_block"), "Triton's host map (a TensorDescriptor "
                              "argument)")
     fail_all(c.id, errors)
@@ -269,13 +278,13 @@ def _ptx_errors(c, ptx) -> tuple[list, Swizzle | None]:
 
 @pytest.mark.rule("library.triton.device-map")
 @needs_triton
-def test_triton_device_map(triton_case, triton_runs, request):
+def test_triton_device_map(triton_case, triton_runs, references, request):
     c = triton_case
     r = _device_result(triton_runs, c, "library.triton.device-map", request)
-    fail_all(c.id, _device_map_errors(c, r, request))
+    fail_all(c.id, _device_map_errors(c, r, request, references))
 
 
-def _device_map_errors(c, r, request, map_rule: str = "library.triton.device-map") -> list:
+def _device_map_errors(c, r, request, references, map_rule: str = "library.triton.device-map") -> list:
     """The map Triton's kernel built on the device against the driver's, with what its PTX
     says: [(rule, message)]."""
     errors, swizzle = _ptx_errors(c, r["ptx"])
@@ -295,7 +304,7 @@ def _device_map_errors(c, r, request, map_rule: str = "library.triton.device-map
                            f"{Swizzle(meta['swizzle']).name}"))
         if not errors:
             v = _at(c, r, lambda address: lm.triton_device(c, r["device_map"], address, swizzle,
-                                                          box, map_rule))
+                                                          box, map_rule, references))
             _explained(request, v)
             errors += v.errors
     return errors
@@ -313,13 +322,14 @@ def test_triton_device_load(triton_case, triton_runs, request):
 # --------------------------------------------------------------------- Triton, views
 @pytest.mark.rule("library.triton.view")
 @needs_triton
-def test_triton_view_host(triton_view_case, triton_view_runs, request):
+def test_triton_view_host(triton_view_case, triton_view_runs, references, request):
     """A TensorDescriptor made from a PyTorch view inside a larger tensor
     (``from_tensor``): the map Triton's launcher made against the driver's at the view's
     first byte, and the block a kernel loaded through it against the model of the view."""
     c = triton_view_case
     r = _view_result(triton_view_runs, c, request)
-    errors = _launched_map(c, r, "library.triton.view", "loading", request, "library.triton.view")
+    errors = _launched_map(c, r, "library.triton.view", "loading", request, references,
+                           "library.triton.view")
     errors += lm.check_block(c, r.get("host_block"), "Triton's host map of a view (a "
                              "TensorDescriptor.from_tensor argument)", rule="library.triton.view")
     fail_all(c.id, errors)
@@ -327,7 +337,7 @@ def test_triton_view_host(triton_view_case, triton_view_runs, request):
 
 @pytest.mark.rule("library.triton.view")
 @needs_triton
-def test_triton_view_device(triton_view_case, triton_view_runs, request):
+def test_triton_view_device(triton_view_case, triton_view_runs, references, request):
     """tl.make_tensor_descriptor over a PyTorch view's pointer, shape and strides: the map
     against the driver's at the view's first byte, and the block loaded through it."""
     c = triton_view_case
@@ -335,7 +345,7 @@ def test_triton_view_device(triton_view_case, triton_view_runs, request):
     if "device_error" in r:
         fail("library.triton.view", c.id, f"Triton could not compile a kernel making this "
              f"descriptor on the device: {r['device_error']}")
-    errors = _device_map_errors(c, r, request, "library.triton.view")
+    errors = _device_map_errors(c, r, request, references, "library.triton.view")
     errors += lm.check_block(c, r.get("device_block"), "the map Triton's kernel built on the "
                              "device over a view (tl.make_tensor_descriptor)",
                              rule="library.triton.view")
@@ -360,13 +370,13 @@ def _view_result(runs, c, request) -> dict:
 # --------------------------------------------------------------------- Triton, stores
 @needs_triton
 @pytest.mark.rule("library.triton.store")
-def test_triton_host_store(triton_store_case, triton_store_runs, request):
+def test_triton_host_store(triton_store_case, triton_store_runs, references, request):
     """desc.store through the map Triton's launcher made for a TensorDescriptor argument:
     that map against the driver's, and the tensor and its guard after the store against
     the model."""
     c = triton_store_case
     r = _result(triton_store_runs, c, request)
-    errors = _launched_map(c, r, "library.triton.store", "storing", request)
+    errors = _launched_map(c, r, "library.triton.store", "storing", request, references)
     errors += lm.check_store(c, r.get("host_after"), "Triton's host map (a TensorDescriptor "
                              "argument)")
     fail_all(c.id, errors)
@@ -512,7 +522,7 @@ def test_mosaic_refusal(mosaic_refusal, gpu):
     """Arguments past a limit seed 004 documents: Mosaic prints its reason and aborts before
     it encodes (the isolated child dies), and the driver refuses the same parameters."""
     c, rule = mosaic_refusal, "library.mosaic.refusal"
-    driver = c.load.encode(1 << 20)
+    driver = lm.References(gpu)(c.load, 1 << 20)        # made in an isolated child
     if driver.ok:
         raise HarnessError(f"harness: cuTensorMapEncodeTiled encodes the parameters of "
                            f"{c.id}: the suite's case is not past a documented limit")
