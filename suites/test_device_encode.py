@@ -22,9 +22,10 @@ How it is checked (fixtures/device_encode/, kernels/device_encode.cu):
   global_address replacement equals cuTensorMapReplaceAddress, nvcc and NVRTC
   builds give the same maps, the global_stride operand is in bytes
   (triton#5408), and target mismatches are build errors with a log.
-The maps are encoded in one launch per kernel in the session fixture (once per
-worker); the loads run per batch (one xdist bucket of cases) in the worker's isolated
-child, so a map that traps fails its own case and the rest of the batch still runs.
+The maps are encoded in an isolated child, one launch per kernel, per batch (one xdist
+bucket of cases) when a check first reads one; the loads run per batch in an isolated
+child too, so a map that traps fails its own case and the rest of the batch still runs.
+The worker opens no context for any of it.
 """
 from __future__ import annotations
 
@@ -35,12 +36,11 @@ import pytest
 
 from fixtures import device_encode as de, engine
 from fixtures.cuda_layer import build, placement, status as st
-from fixtures.cuda_layer.kernel_launch import CudaError, Module
+from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.engine.device_maps import KERNEL_SOURCE
 from fixtures.plugins.reporting.case_rules import rests_on
 from fixtures.plugins.reporting.run_reports import write_artifact
 from fixtures.tensormap import map_layout as ml, sweep
-from fixtures.tensormap.encode import encode_tiled, replace_address
 from fixtures.tensormap.params import map_to_json
 from fixtures.rules.registry import check, fail, fail_all
 
@@ -95,13 +95,14 @@ def pytest_generate_tests(metafunc):
 # ----------------------------------------------------------------- fixture
 @pytest.fixture(scope="session")
 def ctx(request, gpu, kernels) -> de.Ctx:
-    import cupy     # lazy: CuPy is imported only where the GPU runs
-    gpu.activate()
+    """The session's layout, footprints and encodes, each made in an isolated child (the
+    worker opens no context for them: fixtures/device_encode/runner.py)."""
     level = sweep.level(request.config)
-    anchor = cupy.zeros(1 << 16, dtype=cupy.uint8)     # a real address for the layout bases
-    layout = ml.measure(encode_tiled, ml.default_bases(int(anchor.data.ptr)))
-    module = kernels.load(KERNEL_SOURCE)
-    dev_fps, fp_rows = de.device_footprints(module, layout, gpu.sm)
+    kernels.build(KERNEL_SOURCE, arch=gpu.arch)      # here, once: the children load it
+    out = run_isolated(de.session_setup, gpu.sm, gpu.arch, str(kernels.cache_dir), device=gpu.ordinal,
+                       timeout=240)
+    layout, dev_fps, fp_rows = engine.value_of(out, "map-layout.footprint", "device-encode-setup",
+                                               "the layout measure and the device footprints")
     writable = 0
     for m in dev_fps.values():
         writable |= m
@@ -111,13 +112,11 @@ def ctx(request, gpu, kernels) -> de.Ctx:
     # A map is encoded when a check first reads it, with its batch, one launch per kernel
     # (encoding does not trap); the loads, which can, run per batch in the isolated child
     # (de.LoadBatches).
-    encodes = de.Encodes(module, everything, sm=gpu.sm)
+    encodes = de.Encodes(gpu, kernels.cache_dir, everything, sm=gpu.sm)
     selected = engine.selected_ids(request.session.items, ("field_case", "whole_case", "tf32_case"),
                                    __file__, gpu=gpu)
     loads = de.LoadBatches(sm, gpu, kernels, everything, selected)
-    c = de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, encodes, module, fields, wholes, loads)
-    yield c
-    del anchor
+    return de.Ctx(gpu.sm, layout, dev_fps, fp_rows, writable, encodes, fields, wholes, loads)
 
 
 def _fail(case, errs):
@@ -215,14 +214,15 @@ def test_replace_address_matches_driver(ctx, address_case):
     assert r.template is not None and r.device is not None and r.device_status == st.OK, (
         f"case {address_case.id}: no device map ({st.describe(r.device_status)}, template "
         f"{r.template_status})")
-    h = replace_address(r.template, r.target.address)
-    assert h.ok, f"cuTensorMapReplaceAddress returned {h.status_name} for {r.target.address:#x}"
-    if h.map_bytes != r.device:
-        d = ml.as_int(h.map_bytes) ^ ml.as_int(r.device)
+    # cuTensorMapReplaceAddress made where the device map was (fixtures/device_encode/runner.py)
+    assert r.replaced_status == "CUDA_SUCCESS", (
+        f"cuTensorMapReplaceAddress returned {r.replaced_status} for {r.target.address:#x}")
+    if r.replaced != r.device:
+        d = ml.as_int(r.replaced) ^ ml.as_int(r.device)
         fail("device-encode.replace-address", address_case.id,
              f"tensormap.replace.global_address gives other bytes than cuTensorMapReplaceAddress "
              f"(seed 004: \"Modifies the descriptor ... with an updated globalAddress\"): "
-             f"{de.bits_text(ctx, d)}; {ml.words_text(r.device, h.map_bytes, ml.words_of(d))}")
+             f"{de.bits_text(ctx, d)}; {ml.words_text(r.device, r.replaced, ml.words_of(d))}")
 
 
 @pytest.mark.rule("device-encode.global-stride-bytes")
@@ -239,23 +239,23 @@ def test_global_stride_operand_is_bytes(ctx, stride_case):
         return
     s = r.target.value(key)
     hints = []
-    for name, alt in (("stride / 16", s // 16), ("stride * 16", s * 16)):
-        if alt and alt % 16 == 0 and alt < (1 << 40):
-            e = r.target.set(key, alt).encode(encode_tiled)
-            if e.ok and (ml.as_int(e.map_bytes) & fp) == dv:
-                hints.append(f"the device map holds what the host encodes for {name} = {alt}")
+    alts = [(name, alt) for name, alt in (("stride / 16", s // 16), ("stride * 16", s * 16))
+            if alt and alt % 16 == 0 and alt < (1 << 40)]
+    for (name, alt), e in zip(alts, ctx.batch.host_maps([r.target.set(key, alt) for _, alt in alts])):
+        if e.ok and (ml.as_int(e.map_bytes) & fp) == dv:
+            hints.append(f"the device map holds what the host encodes for {name} = {alt}")
     fail("device-encode.global-stride-bytes", stride_case.id,
          f"{de.STRIDE_BUG}. Stride {s} bytes: device bits {de.bits_text(ctx, dv ^ hv)} differ from the "
          f"host map. {'; '.join(hints) or 'not a factor-16 confusion'}")
 
 
 def _by_variant(ctx, group):
+    """{(key, value, source): [(case, its result)]} of a style group's field cases, made in
+    one call (their maps compared with each other point into one pool)."""
+    cs = [c for c in ctx.fields if c.key.split("[")[0] == group and c.min_sm <= ctx.sm]
     out = {}
-    for c in ctx.fields:
-        if c.key.split("[")[0] != group or c.min_sm > ctx.sm:
-            continue
-        out.setdefault((c.key, c.value_id, c.source), []).append(c)
-    ctx.results([c for cs in out.values() for c in cs])      # encoded at once
+    for c, r in zip(cs, ctx.together(group, cs)):
+        out.setdefault((c.key, c.value_id, c.source), []).append((c, r))
     return out
 
 
@@ -267,7 +267,7 @@ def test_styles_agree(ctx, style_group):
     bad = []
     for (key, vid, source), cs in _by_variant(ctx, style_group).items():
         for space in de.SPACES:
-            maps = {c.style: ctx.result(c).device for c in cs if c.space == space}
+            maps = {c.style: r.device for c, r in cs if c.space == space}
             ref = maps.get("raw")
             for style, mb in maps.items():
                 if mb != ref:
@@ -284,8 +284,8 @@ def test_spaces_agree(ctx, style_group):
     ".ss = { .global, .shared::cta }")."""
     bad = []
     for (key, vid, source), cs in _by_variant(ctx, style_group).items():
-        for style in {c.style for c in cs}:
-            maps = {c.space: ctx.result(c).device for c in cs if c.style == style}
+        for style in {c.style for c, _ in cs}:
+            maps = {c.space: r.device for c, r in cs if c.style == style}
             if maps.get("shared") != maps.get("global"):
                 bad.append(f"{key}={vid} from {source} {style}")
     check(not bad, "device-encode.spaces", style_group,
@@ -389,16 +389,14 @@ def test_nvcc_and_nvrtc_give_same_maps(ctx, gpu, kernels, style):
     except de.NvccError as exc:
         fail("device-encode.toolchain", style,
              f"nvcc could not build {KERNEL_SOURCE} for {gpu.arch}, NVRTC could:\n{exc.log[-3000:]}")
-    mod = Module.load(cubin, "device_encode.cu (nvcc)")
     mine = [c for c in ctx.fields if c.style == style and c.min_sm <= ctx.sm]
-    cs = [c for c, r in zip(mine, ctx.results(mine)) if r.device_status == st.OK]
-    base = ctx.batch.pool_base
-    items = [(ctx.result(c).template, de.resolved_ops(c, base), c.space, c.style) for c in cs]
-    got, _ = engine.device_maps.encode_on_device(mod, items)
-    bad = [c.id for c, (mb, code, _, _) in zip(cs, got) if mb != ctx.result(c).device]
+    out = run_isolated(de.nvcc_maps, gpu.sm, gpu.arch, str(kernels.cache_dir), cubin, mine,
+                       device=gpu.ordinal, timeout=240)
+    got = engine.value_of(out, "device-encode.toolchain", style, "the maps of both builds")
+    bad = [cid for cid, nvrtc, _, nvcc, _ in got if nvcc != nvrtc]
     check(not bad, "device-encode.toolchain", style,
           f"nvcc and NVRTC builds of the same kernel give different maps for {len(bad)} of "
-          f"{len(cs)} cases: {bad[:10]}")
+          f"{len(got)} cases: {bad[:10]}")
 
 
 @pytest.mark.rule("device-encode.toolchain")
@@ -456,8 +454,9 @@ def test_sm100a_cubin_is_refused_here(gpu, kernels):
     """On a GPU below sm_100 the sm_100a build is refused at load time with a CUDA
     error (a clear failure, not a crash)."""
     b = kernels.build(KERNEL_SOURCE, arch="sm_100a")
-    with pytest.raises(CudaError) as info:
-        Module.load(b.cubin, "device_encode.cu (sm_100a)")
-    assert info.value.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",
-                               "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"), (
-        f"loading an sm_100a cubin on sm_{gpu.sm} failed with {info.value.name}")
+    out = run_isolated(de.load_refusal, b.cubin, device=gpu.ordinal, timeout=60)
+    name = engine.value_of(out, "device-encode.toolchain", "sm100a-here", "the load of the sm_100a build")
+    assert name is not None, f"the sm_100a cubin loaded on sm_{gpu.sm}"
+    assert name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",
+                    "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"), (
+        f"loading an sm_100a cubin on sm_{gpu.sm} failed with {name}")

@@ -246,30 +246,61 @@ def test_box0_values_have_valid_host_geometry(cases):
 
 
 def test_encodes_are_made_per_batch_when_first_read(cases, monkeypatch):
-    """The session's encodes (runner.Encodes): a case's first read encodes its batch (its
-    kind and bucket, the cases one worker runs together) and nothing else; a set read at
-    once encodes only what it lacks; nothing is encoded twice."""
+    """The session's encodes (runner.Encodes), each call made in an isolated child: a
+    case's first read encodes its batch (its kind and bucket, the cases one worker runs
+    together) and nothing else; a set read at once encodes only what it lacks; nothing is
+    encoded twice; the cases whose maps are compared with each other are made in one call
+    of their own, kept; a call that does not return fails the cases it encoded."""
     from types import SimpleNamespace
+    from fixtures.cuda_layer.isolation import Outcome
     from fixtures.device_encode import runner
+    from fixtures.rules.registry import RuleFailure
     calls = []
 
-    def fake_encode_all(module, cs, *, sm=90, pool=None):
+    def fake_run_isolated(target, sm, arch, cache_dir, cs, *, device, timeout):
+        assert (target, sm, arch, cache_dir, device) == (runner.encode_cases, 90, "sm_90a", "/kc", 0)
         calls.append([c.id for c in cs])
-        return SimpleNamespace(results={c.id: f"result of {c.id}" for c in cs}, launches=1)
+        return Outcome("returned", {c.id: f"result of {c.id} in call {len(calls)}" for c in cs})
 
-    monkeypatch.setattr(runner, "encode_all", fake_encode_all)
+    monkeypatch.setattr(runner, "run_isolated", fake_run_isolated)
     f, w = cases
     everything = list(f[:300]) + list(w[:100])
-    pool = (b"host pool", SimpleNamespace(data=SimpleNamespace(ptr=0x10000)))
-    enc = de.Encodes(object(), everything, sm=90, pool=pool)
-    assert calls == [] and enc.pool_base == 0x10000 and enc.pool == b"host pool"
+    gpu = SimpleNamespace(arch="sm_90a", ordinal=0)
+    enc = de.Encodes(gpu, "/kc", everything, sm=90)
+    assert calls == [] and enc.pool.nbytes > 0
     one = everything[5]
-    assert enc.result(one) == f"result of {one.id}"
+    assert enc.result(one) == f"result of {one.id} in call 1"
     group = [c.id for c in everything if runner.batch_key(c) == runner.batch_key(one)]
     assert calls == [group]
     assert enc.result(everything[[c.id for c in everything].index(group[-1])]) and len(calls) == 1
     got = enc.of(everything)
-    assert got == [f"result of {c.id}" for c in everything]
+    assert got == [enc.results[c.id] for c in everything]
     assert len(calls) == 2 and sorted(calls[1]) == sorted(set(c.id for c in everything) - set(group))
     enc.of(everything[:50])
-    assert len(calls) == 2 and enc.launches == 2
+    assert len(calls) == 2 and enc.calls == 2
+    both = enc.together("box_dim", everything[:7])
+    assert both == [f"result of {c.id} in call 3" for c in everything[:7]] and calls[2] == [c.id for c in everything[:7]]
+    assert enc.together("box_dim", everything[:7]) is both and len(calls) == 3
+    monkeypatch.setattr(runner, "run_isolated", lambda *a, **k: Outcome("timeout", error="no answer in 240 s"))
+    fresh = de.Encodes(gpu, "/kc", everything, sm=90)
+    with pytest.raises(RuleFailure, match=r"\[rule device-encode.field-bits\] .* the device encodes did not "
+                                          r"complete: it hung"):
+        fresh.result(one)
+
+
+def test_the_targets_resolve_in_a_real_child(monkeypatch):
+    """The device-encoding suite's isolation targets, each resolved by name in a real
+    isolated child (host_maps of nothing runs: no GPU needed)."""
+    from fixtures.cuda_layer import isolation
+    from fixtures.cuda_layer.isolated_child import resolve_target
+    from fixtures.device_encode import runner
+    for fn in (runner.session_setup, runner.encode_cases, runner.nvcc_maps, runner.load_refusal,
+               runner.host_maps, runner.isolated_loads):
+        assert resolve_target(isolation.target_name(fn)) is fn
+    monkeypatch.setattr(isolation, "_runners", {})
+    try:
+        out = isolation.run_isolated(runner.host_maps, [], device=None, timeout=60)
+        assert (out.kind, out.value) == ("returned", []), out
+    finally:
+        for r in isolation._runners.values():
+            r.stop()
