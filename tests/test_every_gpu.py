@@ -4,8 +4,9 @@ machine with fake GPUs: a real pytest run on a small generated tree, with a tiny
 whose isolated children are never started). Each case runs on every GPU, in that GPU's
 own thread, with its fixtures built there; a fault on one GPU fails that GPU alone and the
 run's verdict, messages, results.json, JUnit, matrix and Prometheus file name it. The
-two-GPU cases of the fence suite cover every GPU of a 4- and an 8-GPU node. A worker of a
-one-GPU run opens its GPU's context at once and imports CuPy once it has collected."""
+two-GPU cases of the fence suite cover every GPU of a 4- and an 8-GPU node. A worker
+opens no context and imports no CuPy: every driver call of its cases runs in an isolated
+child."""
 from __future__ import annotations
 
 import json
@@ -40,8 +41,6 @@ session_start.PRECOMPILE = ()                # no kernel builds on this CPU mach
 
 
 def fake_open(cls, info, arch=None):
-    if str(info.ordinal) == os.environ.get("FAKE_GPU_OPEN_FAILS"):
-        raise RuntimeError(f"cuDevicePrimaryCtxRetain({info.ordinal}): CUDA_ERROR_OUT_OF_MEMORY")
     return cls(info.ordinal, info.name, info.cc, arch or "sm_90a", uuid=info.uuid,
                pci_bus_id=info.pci_bus_id)
 
@@ -49,10 +48,21 @@ def fake_open(cls, info, arch=None):
 # a fresh process sees the GPU that would not open: not lost, the harness could not use it
 isolation.check_gpu = lambda device, timeout=60.0: isolation.Outcome("returned")
 
+if os.environ.get("FAKE_GPU_OPEN_FAILS"):
+    # the isolated children of that GPU cannot open it (the harness's step, in the child)
+    _FAILS = int(os.environ["FAKE_GPU_OPEN_FAILS"])
+
+    def _run_isolated(target, *args, device=0, **kwargs):
+        if device == _FAILS:
+            return isolation.Outcome("exception", error=(
+                f"HarnessError: harness: open {STATE.devices[device].label} failed: RuntimeError: "
+                f"cuDevicePrimaryCtxRetain({device}): CUDA_ERROR_OUT_OF_MEMORY"))
+        return isolation.Outcome("returned", 0)
+    isolation.run_isolated = _run_isolated
+
 
 placement.Gpu.open = classmethod(fake_open)
 placement.Gpu.activate = lambda self: self
-placement.open_ahead = lambda ordinal: None
 isolation.IsolatedRunner.prestart = lambda self, device=None: None
 ''' + FAKE_PROBE
 
@@ -60,7 +70,8 @@ isolation.IsolatedRunner.prestart = lambda self, device=None: None
 # fixture records the thread that built it and how often.
 TREE = '''
     import os, threading, pytest
-    from fixtures.cuda_layer import placement
+    from fixtures import engine
+    from fixtures.cuda_layer import isolation, placement
     from fixtures.cuda_layer.faults import harness_step
     import fixtures.tma_load   # registers the rule tma-load.model
     from fixtures.rules.registry import fail
@@ -81,6 +92,8 @@ TREE = '''
         assert on_this_gpu["thread"] == threading.current_thread().name
         assert BUILT.count(gpu.ordinal) == 1          # once per GPU, in its thread
         request.node.user_properties.append(("ran", gpu.ordinal))
+        if os.environ.get("FAKE_GPU_OPEN_FAILS"):       # the case's driver calls, in a child
+            engine.value_of(isolation.run_isolated("os:getpid", device=gpu.ordinal), "tma-load.model", f"case{i}")
         if gpu.ordinal == BROKEN and i < 2:
             fail("tma-load.model", f"case{i}", "3 byte(s) of shared memory differ from the model")
         if gpu.ordinal == HARNESS and i == 5:
@@ -208,20 +221,24 @@ def test_a_harness_fault_is_no_broken_rule(tmp_path):
 
 @CPU_ONLY
 def test_a_gpu_that_cannot_be_opened_is_a_harness_error_on_it_alone(tmp_path):
-    """GPU 2's context cannot be created while a fresh process still sees it: each case on
-    GPU 2 is a harness error there (the same one, said once per case), the other GPUs pass."""
+    """GPU 2's context cannot be created in its isolated children (the workers open none)
+    while a fresh process still sees it: each case whose driver calls run there is a
+    harness error on GPU 2 (the same one, said once per case), the other GPUs pass; a case
+    that makes no driver call passes there too."""
     cp, out = _run(tmp_path, "-n", "2", "-k", "load or skips", env={"FAKE_GPU_OPEN_FAILS": "2"})
     meta = results(out)
     assert cp.returncode == model.EXIT_HARNESS, (cp.stdout + cp.stderr)[-3000:]
     cases = {c["id"]: c for c in meta["cases"] if c["id"].startswith("test_tiny")}
     assert len(cases) == 8
-    for c in cases.values():
-        assert c["state"] == "harness-error" and c["gpus"]["2"] == "harness-error", c
-        assert {k: v for k, v in c["gpus"].items() if k != "2"} in (
-            {"0": "passed", "1": "passed", "3": "passed"}, {"0": "passed", "1": "skipped", "3": "passed"}), c
+    for cid, c in cases.items():
+        if "test_skips_on_one_gpu" in cid:
+            assert c["gpus"] == {"0": "passed", "1": "skipped", "2": "passed", "3": "passed"}, c
+            continue
+        assert c["state"] == "harness-error" and c["gpus"] == {
+            "0": "passed", "1": "passed", "2": "harness-error", "3": "passed"}, c
         assert c["message"].count("harness: open GPU 2 (") == 1, c
         assert "failed: RuntimeError: cuDevicePrimaryCtxRetain(2): CUDA_ERROR_OUT_OF_MEMORY" in c["message"], c
-    assert meta["verdict"].startswith(f"HARNESS ERROR: {_label(2)} 8 harness error; GPUs 0, 1, 3 passed"), \
+    assert meta["verdict"].startswith(f"HARNESS ERROR: {_label(2)} 6 harness error; GPUs 0, 1, 3 passed"), \
         meta["verdict"]
 
 
@@ -476,16 +493,22 @@ def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, o
     assert results(out)["timeline"]["gpu_service_given_up"] == {worker: [["batches", 1, "planted"]]}
 
 
-# The one-GPU start as it is on a node (placement.open_ahead, not stubbed): the driver's
-# context calls answer at once, and an import of CuPy, wherever it happens, says when and
-# in which thread (FAKE_CUPY_LOG). The tree's module takes 0.5 s to import, so the
-# collection lasts that long at least.
-REAL_OPEN_AHEAD = FAKE_GPUS.replace("placement.open_ahead = lambda ordinal: None\n", "") + '''
+# A worker as it is on a node (the GPU neither opened nor activated by a stub): the
+# driver's context calls and an import of CuPy, wherever they happen, write a line to
+# FAKE_CTX_LOG saying which call, in which process and thread.
+REAL_WORKER = FAKE_GPUS.replace("placement.Gpu.activate = lambda self: self\n", "") + '''
 import importlib.abc, importlib.machinery, json, sys, threading, time
 from cuda.bindings import driver as _driver
 
+
+def _log(what):
+    with open(os.path.join(os.environ["FAKE_CTX_LOG"], f"{os.getpid()}.jsonl"), "a") as f:
+        f.write(json.dumps({"what": what, "thread": threading.current_thread().name}) + "\\n")
+
+
 _driver.cuDeviceGet = lambda ordinal: (0, ordinal)
-_driver.cuDevicePrimaryCtxRetain = lambda dev: (0, f"ctx-{dev}")
+_driver.cuDevicePrimaryCtxRetain = lambda dev: (_log("cuDevicePrimaryCtxRetain"), (0, f"ctx-{dev}"))[1]
+_driver.cuCtxSetCurrent = lambda ctx: (_log("cuCtxSetCurrent"), (0,))[1]
 
 
 class _FakeCupy(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -496,44 +519,32 @@ class _FakeCupy(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        with open(os.path.join(os.environ["FAKE_CUPY_LOG"], f"{os.getpid()}.json"), "w") as f:
-            json.dump({"t": time.time(), "thread": threading.current_thread().name}, f)
+        _log("import cupy")
 
 
 sys.modules.pop("cupy", None)
 sys.meta_path.insert(0, _FakeCupy())
 '''
 
-SLOW_TO_COLLECT = '''
-    import time
-    time.sleep(0.5)
-
+ON_THE_GPU = '''
     def test_on_the_gpu(gpu):
-        from fixtures.cuda_layer import placement
-        placement.settle_ahead()     # as a real case's use_device does: the import is done
+        assert gpu.context is None and gpu.arch == "sm_90a"
 '''
 
 
 @CPU_ONLY
-def test_a_worker_opens_its_gpu_at_once_and_imports_cupy_once_it_has_collected(tmp_path):
-    """CuPy's import holds the GIL; beside the collection it held each worker's collection
-    up (a health check on an H100: 2.1-2.3 s against 0.8-0.9 s). The worker's GPU thread
-    retains the context at once and imports CuPy after the collection."""
-    root = make_tree(tmp_path / "t", SLOW_TO_COLLECT)
-    (root / "realahead.py").write_text(REAL_OPEN_AHEAD)
-    log, out = tmp_path / "cupy", tmp_path / "out"
+def test_a_worker_opens_no_context_and_imports_no_cupy(tmp_path):
+    """At most four contexts per GPU, whatever -n: a worker of a one-GPU run opens no
+    context of its own and imports no CuPy, before, during or after its cases (its
+    cases' driver calls run in isolated children); its GPU fixture describes the GPU."""
+    root = make_tree(tmp_path / "t", ON_THE_GPU)
+    (root / "realworker.py").write_text(REAL_WORKER)
+    log, out = tmp_path / "ctx", tmp_path / "out"
     log.mkdir()
-    cp = pytest_run(root, "-n", "1", "-p", "realahead", f"--report-dir={out}", timeout=180,
+    cp = pytest_run(root, "-n", "2", "-p", "realworker", f"--report-dir={out}", timeout=180,
                     env={"PYTHONPATH": os.pathsep.join([str(REPO), str(root)]), "FAKE_GPUS": "1",
-                         "FAKE_CUPY_LOG": str(log)})
+                         "FAKE_CTX_LOG": str(log)})
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
-    tl = results(out)["timeline"]
-    w = tl["workers"]["gw0"]
-    imports = [json.loads(p.read_text()) for p in log.glob("*.json")]
-    assert len(imports) == 1, imports                     # the worker's, once
-    (imp,) = imports
-    assert imp["thread"] == "open-gpu-0", imp
-    assert w["collected"] - w["collection_start"] >= 0.5, w
-    assert imp["t"] - tl["t0"] >= w["collected"] - 0.05, (imp, w)
-    # the timeline says when the import was let start, began and ended, after the collection
-    assert w["collected"] - 0.05 <= w["cupy_released"] <= w["cupy_import_start"] <= w["cupy_imported"], w
+    assert [c["state"] for c in results(out)["cases"] if "test_on_the_gpu" in c["id"]] == ["passed"]
+    lines = [line for p in log.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert lines == [], lines

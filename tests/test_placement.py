@@ -110,104 +110,40 @@ class _FakeDriver:
         return (0, b"CUDA_ERROR_OUT_OF_MEMORY")
 
 
+def test_a_described_gpu_opens_no_context():
+    """A worker's GPU (placement.Gpu.described): what the probe saw, the target of its
+    compute capability, and no context opened in the process (every driver call of a
+    case runs in an isolated child)."""
+    info = cuda_env.DeviceInfo(3, "NVIDIA H100", (9, 0), "GPU-abc", "0000:1a:00.0")
+    g = gpu.Gpu.described(info)
+    assert (g.ordinal, g.name, g.cc, g.arch, g.uuid, g.pci_bus_id) == (
+        3, "NVIDIA H100", (9, 0), "sm_90a", "GPU-abc", "0000:1a:00.0")
+    assert g.context is None and g.stream is None and gpu._contexts.get(3) is None
+    assert gpu.Gpu.described(info, "sm_100a").arch == "sm_100a"
+
+
 @pytest.mark.parametrize("fail", [False, True])
-def test_open_ahead_retains_the_context_in_a_thread_and_leaves_a_failure_to_the_case(monkeypatch, fail):
-    """A worker starts opening its GPU as its session starts (harness
-    pytest_sessionstart), so that it overlaps the collection: the primary context is
-    retained in a thread, once, at once; CuPy is imported there only once the process
-    has collected (imports_may_start), and use_device (the first GPU case) takes the
-    context. A failure there raises nothing in the thread: use_device meets it again and
-    raises it."""
+def test_use_device_retains_the_context_once_where_something_asks(monkeypatch, fail):
+    """use_device (what ``Gpu.activate`` and the two-GPU fence's ``gpus`` call) retains
+    the primary context on first use, once, and makes it current for the driver and
+    CuPy; a failure raises the CUDA error naming the call."""
     import sys
-    import threading
-    import time
     import types
     import cuda.bindings
     from fixtures.cuda_layer.kernel_launch import CudaError
     fake = _FakeDriver(fail)
     used = []
-    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        Device=lambda n: types.SimpleNamespace(use=lambda: used.append(n))))
-    monkeypatch.setattr(cuda.bindings, "driver", fake)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setattr(gpu, "_contexts", {})
-    monkeypatch.setattr(gpu, "_ahead", {})
-    monkeypatch.setattr(gpu, "_imports_go", threading.Event())
-    gpu.open_ahead(5)
-    thread = gpu._ahead[5]
-    gpu.open_ahead(5)                       # asked again while it opens: still one thread
-    deadline = time.monotonic() + 30
-    while not fake.threads and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fake.threads == ["open-gpu-5"]   # the context at once
-    if not fail:
-        time.sleep(0.1)
-        assert thread.is_alive()            # CuPy's import waits for the collection's end
-    gpu.imports_may_start()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert fake.threads == ["open-gpu-5"]
-    if fail:
-        with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
-            gpu.use_device(5)
-        assert fake.threads == ["open-gpu-5", "MainThread"] and used == []
-    else:
-        assert gpu.use_device(5) == "ctx-5" and fake.current == "ctx-5" and used == [5]
-        assert fake.threads == ["open-gpu-5"] and gpu._ahead == {}
-
-
-def test_the_first_gpu_case_lets_cupy_be_imported_before_the_collection_ends(monkeypatch):
-    """use_device (a GPU case, or anything that needs the GPU before the process has
-    collected) lets the waiting thread import CuPy and takes the context, at once: it
-    does not wait out IMPORT_WAIT_S."""
-    import sys
-    import threading
-    import types
-    import cuda.bindings
-    fake = _FakeDriver()
-    used = []
     monkeypatch.setattr(cuda.bindings, "driver", fake)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(
         Device=lambda n: types.SimpleNamespace(use=lambda: used.append(n)))))
     monkeypatch.setattr(gpu, "_contexts", {})
-    monkeypatch.setattr(gpu, "_ahead", {})
-    monkeypatch.setattr(gpu, "_imports_go", threading.Event())   # not collected yet
-    gpu.open_ahead(3)
-    got = []
-    t = threading.Thread(target=lambda: got.append(gpu.use_device(3)))
-    t.start()
-    t.join(10)
-    assert not t.is_alive() and got == ["ctx-3"] and used == [3]
-    assert gpu._imports_go.is_set() and gpu._ahead == {}
-
-
-def test_a_fork_waits_for_the_gpu_opened_ahead(monkeypatch):
-    """settle_ahead returns only once open_ahead's thread is done, and a forked isolated
-    child is forked after it (a fork while that thread imports CuPy left the child a held
-    import lock: a self-test's forked child hung on an H100 node)."""
-    import inspect
-    import threading
-    import cuda.bindings
-    from fixtures.cuda_layer import isolation
-    release = threading.Event()
-    fake = _FakeDriver()
-    retain = fake.cuDevicePrimaryCtxRetain
-    fake.cuDevicePrimaryCtxRetain = lambda dev: (release.wait(30), retain(dev))[1]
-    monkeypatch.setattr(cuda.bindings, "driver", fake)
-    monkeypatch.setattr(gpu, "_contexts", {})
-    monkeypatch.setattr(gpu, "_ahead", {})
-    monkeypatch.setattr(gpu, "_imports_go", threading.Event())   # not collected yet
-    gpu.open_ahead(2)
-    settled = threading.Thread(target=gpu.settle_ahead)
-    settled.start()
-    settled.join(0.3)
-    assert settled.is_alive()                 # still opening: settle_ahead waits
-    release.set()
-    settled.join(30)                          # and lets the thread import: it does not wait 120 s
-    assert not settled.is_alive() and gpu._contexts == {2: "ctx-2"}
-    assert gpu._imports_go.is_set()
-    src = inspect.getsource(isolation.Forked.__init__)
-    assert src.index("settle_ahead()") < src.index("fork_child(")
+    if fail:
+        with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+            gpu.use_device(5)
+        assert used == [] and gpu._contexts == {}
+        return
+    assert gpu.use_device(5) == "ctx-5" and gpu.use_device(5) == "ctx-5"
+    assert fake.threads == ["MainThread"] and fake.current == "ctx-5" and used == [5, 5]
 
 
 @pytest.mark.parametrize("raw,state,why", [
