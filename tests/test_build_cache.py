@@ -376,10 +376,10 @@ def test_an_unreadable_cubin_is_rebuilt(kdir, tmp_path, monkeypatch):
 
 def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(monkeypatch):
     """An xdist worker (or the only process, -n 0) starts its isolated child at session
-    start, opening its GPU, and starts opening its own context on it, so that both
-    overlap the collection; with several GPUs, each GPU's thread does both for its GPU.
-    A worker builds nothing in the background (the controller does), and a
-    --collect-only run starts nothing."""
+    start, opening its GPU there, so that it overlaps the collection, and opens no context
+    of its own; with several GPUs, each GPU's thread starts its GPU's child. A worker
+    builds nothing in the background (the controller does), and a --collect-only run
+    starts nothing."""
     from types import SimpleNamespace
     from _pytest.stash import Stash
     from fixtures.plugins.run_control import every_gpu
@@ -389,19 +389,19 @@ def test_a_process_that_runs_cases_starts_its_isolated_child_with_the_session(mo
     monkeypatch.setattr(every_gpu, "run_gpus", lambda: (SimpleNamespace(ordinal=3),))
     monkeypatch.setattr(every_gpu.isolation, "runner",
                         lambda name="batches", device=None: SimpleNamespace(prestart=started.append))
-    monkeypatch.setattr(every_gpu.placement, "open_ahead", opened.append)
+    monkeypatch.setattr(every_gpu.placement, "use_device", opened.append)
     monkeypatch.setattr(every_gpu.gpu_threads, "start", lambda ordinals, first=None: threads.append(ordinals))
     worker = SimpleNamespace(getoption=lambda name, default=None: default, workerinput={},
                              option=SimpleNamespace(collectonly=False), stash=Stash())
     plugin.pytest_sessionstart(SimpleNamespace(config=worker))
-    assert started == [3] and opened == [3] and threads == [] and plugin._PRECOMPILE_KEY not in worker.stash
+    assert started == [3] and opened == [] and threads == [] and plugin._PRECOMPILE_KEY not in worker.stash
     monkeypatch.setattr(every_gpu, "run_gpus", lambda: tuple(SimpleNamespace(ordinal=k) for k in (0, 2)))
     plugin.pytest_sessionstart(SimpleNamespace(config=worker))
-    assert started == [3] and opened == [3] and threads == [[0, 2]]
+    assert started == [3] and opened == [] and threads == [[0, 2]]
     listing = SimpleNamespace(getoption=lambda name, default=None: default, workerinput={},
                               option=SimpleNamespace(collectonly=True), stash=Stash())
     plugin.pytest_sessionstart(SimpleNamespace(config=listing))
-    assert started == [3] and opened == [3] and threads == [[0, 2]]
+    assert started == [3] and opened == [] and threads == [[0, 2]]
 
 
 def test_a_build_nvrtc_refuses_is_cached_and_raised_again(kdir, tmp_path, monkeypatch):
