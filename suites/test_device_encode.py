@@ -250,11 +250,12 @@ def test_global_stride_operand_is_bytes(ctx, stride_case):
 
 
 def _by_variant(ctx, group):
-    """{(key, value, source): [(case, its result)]} of a style group's field cases, made in
-    one call (their maps compared with each other point into one pool)."""
+    """{(key, value, source): [(case, its result)]} of a style group's field cases, the
+    missing ones encoded at once (every call's maps point at one address:
+    fixtures/device_encode/runner.py ``ENCODE_BASE``)."""
     cs = [c for c in ctx.fields if c.key.split("[")[0] == group and c.min_sm <= ctx.sm]
     out = {}
-    for c, r in zip(cs, ctx.together(group, cs)):
+    for c, r in zip(cs, ctx.results(cs)):
         out.setdefault((c.key, c.value_id, c.source), []).append((c, r))
     return out
 

@@ -249,8 +249,7 @@ def test_encodes_are_made_per_batch_when_first_read(cases, monkeypatch):
     """The session's encodes (runner.Encodes), each call made in an isolated child: a
     case's first read encodes its batch (its kind and bucket, the cases one worker runs
     together) and nothing else; a set read at once encodes only what it lacks; nothing is
-    encoded twice; the cases whose maps are compared with each other are made in one call
-    of their own, kept; a call that does not return fails the cases it encoded."""
+    encoded twice; a call that does not return fails the cases it encoded."""
     from types import SimpleNamespace
     from fixtures.cuda_layer.isolation import Outcome
     from fixtures.device_encode import runner
@@ -278,9 +277,6 @@ def test_encodes_are_made_per_batch_when_first_read(cases, monkeypatch):
     assert len(calls) == 2 and sorted(calls[1]) == sorted(set(c.id for c in everything) - set(group))
     enc.of(everything[:50])
     assert len(calls) == 2 and enc.calls == 2
-    both = enc.together("box_dim", everything[:7])
-    assert both == [f"result of {c.id} in call 3" for c in everything[:7]] and calls[2] == [c.id for c in everything[:7]]
-    assert enc.together("box_dim", everything[:7]) is both and len(calls) == 3
     monkeypatch.setattr(runner, "run_isolated", lambda *a, **k: Outcome("timeout", error="no answer in 240 s"))
     fresh = de.Encodes(gpu, "/kc", everything, sm=90)
     with pytest.raises(RuleFailure, match=r"\[rule device-encode.field-bits\] .* the device encodes did not "
@@ -304,3 +300,31 @@ def test_the_targets_resolve_in_a_real_child(monkeypatch):
     finally:
         for r in isolation._runners.values():
             r.stop()
+
+
+def test_every_call_encodes_at_one_address(cases, monkeypatch):
+    """The session's encodes point at ENCODE_BASE in whichever child makes them (maps of
+    different calls compare as one pool's), the targets and the device programs alike;
+    no device pool is made for them."""
+    from fixtures.device_encode import runner
+    from fixtures.engine.device_maps import KERNEL_SOURCE
+    from fixtures.repro import record
+    f, _ = cases
+    picked = [c for c in f if not c.abs_address][:20]
+    seen = []
+    monkeypatch.setattr(runner, "load_kernel", lambda source, arch, cache_dir: record.FakeModule(KERNEL_SOURCE))
+    monkeypatch.setattr(runner, "device_pool", lambda: seen.append("pool"))
+    real = runner.encode_all
+
+    def encode_all(module, cs, *, sm=90, pool=None, base=None):
+        seen.append(base)
+        return real(module, cs, sm=sm, pool=pool, base=base)
+    monkeypatch.setattr(runner, "encode_all", encode_all)
+    with record.recording():
+        got = runner.encode_cases(90, "sm_90a", "/kc", picked)
+    assert seen == [runner.ENCODE_BASE]
+    for c in picked:
+        assert got[c.id].target.address == runner.ENCODE_BASE + c.target.address
+        ops = runner.resolved_ops(c, runner.ENCODE_BASE)
+        assert all(op.value - runner.ENCODE_BASE == o.value for op, o in zip(ops, c.ops)
+                   if op.field == "global_address")
