@@ -1,11 +1,12 @@
 """A trap lane with no jobs for the self-tests of what it serves (its GPU service, its fork
-server), started as the controller starts it, and the isolated calls they make."""
+server), started as the controller starts it, and the isolated calls they make; a call
+of a real isolation target in a real child of fresh runners (``in_a_real_child``)."""
 from __future__ import annotations
 
 import contextlib
 import os
 
-from fixtures.cuda_layer import trap_lane
+from fixtures.cuda_layer import isolation, trap_lane
 
 
 @contextlib.contextmanager
@@ -41,3 +42,15 @@ def running_lane(tmp_path, new_runner, register=None, unregister=None, **start):
 def call(r, name, *args, **kw):
     """Runner ``r``'s call of tests/isolation_targets.py's ``name``, naming no GPU."""
     return r.call(f"isolation_targets:{name}", *args, device=None, **kw)
+
+
+def in_a_real_child(monkeypatch, target, *args, **kwargs):
+    """``run_isolated(target, *args, **kwargs)`` in a real isolated child (no GPU named),
+    this process's runners fresh for it and stopped after: the Outcome. A feature's
+    target, pickled into the child and back, proves it resolves and runs there."""
+    monkeypatch.setattr(isolation, "_runners", {})
+    try:
+        return isolation.run_isolated(target, *args, device=None, timeout=60, **kwargs)
+    finally:
+        for r in isolation._runners.values():
+            r.stop()

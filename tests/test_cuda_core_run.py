@@ -17,6 +17,8 @@ from fixtures.library_maps import cuda_core_run as run
 from fixtures.library_maps.checks import with_estr0
 from fixtures.tensormap import encode as enc
 
+from lane_helpers import in_a_real_child
+
 BASE = 0x7000_0000
 
 
@@ -125,11 +127,5 @@ def test_one_case_of_its_own_call(monkeypatch):
 def test_the_target_through_a_real_child(monkeypatch):
     """The real isolation target, pickled into a real isolated child and back (no case:
     no GPU needed)."""
-    from fixtures.cuda_layer import isolation
-    monkeypatch.setattr(isolation, "_runners", {})
-    try:
-        out = isolation.run_isolated(run.cuda_core_batch, [], 0, "sm_90a", device=None, timeout=60)
-        assert (out.kind, out.value) == ("returned", {}), out
-    finally:
-        for r in isolation._runners.values():
-            r.stop()
+    out = in_a_real_child(monkeypatch, run.cuda_core_batch, [], 0, "sm_90a")
+    assert (out.kind, out.value) == ("returned", {}), out

@@ -14,6 +14,8 @@ from fixtures.engine import device_maps as dm
 from fixtures.tensormap import replace as rp
 from fixtures.tensormap.enums import DataType, DTYPES, Interleave, OobFill, PTX_SWIZZLE, Swizzle
 
+from lane_helpers import in_a_real_child
+
 
 @pytest.fixture(scope="module")
 def cases():
@@ -293,13 +295,8 @@ def test_the_targets_resolve_in_a_real_child(monkeypatch):
     for fn in (runner.session_setup, runner.encode_cases, runner.nvcc_maps, runner.load_refusal,
                runner.host_maps, runner.isolated_loads):
         assert resolve_target(isolation.target_name(fn)) is fn
-    monkeypatch.setattr(isolation, "_runners", {})
-    try:
-        out = isolation.run_isolated(runner.host_maps, [], device=None, timeout=60)
-        assert (out.kind, out.value) == ("returned", []), out
-    finally:
-        for r in isolation._runners.values():
-            r.stop()
+    out = in_a_real_child(monkeypatch, runner.host_maps, [])
+    assert (out.kind, out.value) == ("returned", []), out
 
 
 def test_every_call_encodes_at_one_address(cases, monkeypatch):

@@ -10,13 +10,14 @@ import pytest
 
 import fixtures.host_encode as he
 from fixtures import engine
-from fixtures.cuda_layer import isolation
 from fixtures.cuda_layer.faults import HarnessError
-from fixtures.cuda_layer.isolation import Outcome, run_isolated
+from fixtures.cuda_layer.isolation import Outcome
 from fixtures.host_encode import probes, runner
 from fixtures.rules.registry import RuleFailure
 from fixtures.tensormap import encode as enc
 from fixtures.tensormap.params import TiledParams
+
+from lane_helpers import in_a_real_child
 
 BASE = 0x7000_0000
 GPU = SimpleNamespace(ordinal=0, arch="sm_90a", sm=90, cc=(9, 0))
@@ -125,11 +126,6 @@ def test_rule_cases_one_call_per_batch_and_a_crash_names_its_case(fake_driver, m
 def test_the_targets_through_a_real_child(monkeypatch):
     """The real isolation targets, pickled into a real isolated child and back (no step:
     no GPU needed)."""
-    monkeypatch.setattr(isolation, "_runners", {})
-    try:
-        for target, empty in ((runner.run_steps, []), (runner.encode_cases, {})):
-            out = run_isolated(target, [], device=None, timeout=60)
-            assert (out.kind, out.value) == ("returned", empty), out
-    finally:
-        for r in isolation._runners.values():
-            r.stop()
+    for target, empty in ((runner.run_steps, []), (runner.encode_cases, {})):
+        out = in_a_real_child(monkeypatch, target, [])
+        assert (out.kind, out.value) == ("returned", empty), out
