@@ -24,6 +24,7 @@ from statistics import median
 from .model import ReportInputError, Run
 
 LONG_CASE_S = 0.5          # a case this long is listed and drawn on its own
+TARGETS_SHOWN = 8     # the targets the GPU service's children spent most in, shown
 WAIT_GAP_S = 0.05          # a gap between two cases this long: the worker waited for work
 STALL_CASE_S = 3.0         # a stall: every worker inside a case this long ...
 STALL_S = 2.0              # ... for this long at once (on an H100 a trap whose recovery
@@ -315,7 +316,14 @@ def text(a: dict) -> str:
                          + (f"; {sv['made_again']} call(s) made again (faulted beside a call that may trap)"
                             if sv.get("made_again") else "")
                          + ("; one call that runs alone at a time (--traps-one-at-a-time)"
-                            if sv.get("one_trap_at_a_time") else ""))
+                            if sv.get("one_trap_at_a_time") else "")
+                         + (f"; {sv['answered_once']} answered with another's call (asked once)"
+                            if sv.get("answered_once") else ""))
+        if sv and sv.get("busy_s"):
+            busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(sv["busy_s"].items()))
+            lines.append(f"  the service's children in calls (s): {busy}; the most:")
+            lines += [f"    {s_:8.2f} s  {n:6d} calls  {t}"
+                      for t, (n, s_) in list((sv.get("targets") or {}).items())[:TARGETS_SHOWN]]
         fk = ln.get("forks")
         if fk:
             lines.append(f"  the workers' children (--child-start fork): {fk.get('forked', 0)} forked by the "

@@ -100,7 +100,7 @@ def ctx(request, gpu, kernels) -> de.Ctx:
     level = sweep.level(request.config)
     kernels.build(KERNEL_SOURCE, arch=gpu.arch)      # here, once: the children load it
     out = run_isolated(de.session_setup, gpu.sm, gpu.arch, str(kernels.cache_dir), device=gpu.ordinal,
-                       timeout=240)
+                       timeout=240, once=True)     # every worker measures the same: once per GPU
     layout, dev_fps, fp_rows = engine.value_of(out, "map-layout.footprint", "device-encode-setup",
                                                "the layout measure and the device footprints")
     writable = 0

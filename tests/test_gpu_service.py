@@ -17,7 +17,7 @@ import pytest
 
 from fixtures.cuda_layer import cuda_env, gpu_service, isolation, trap_lane
 from fixtures.cuda_layer.isolation import IsolatedRunner
-from lane_helpers import call, running_lane
+from lane_helpers import call, in_a_real_child, running_lane
 
 FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
 
@@ -592,3 +592,39 @@ def test_the_service_names_each_childs_pid_by_role(tmp_path):
         served = trap_lane.stop(make.path)["service"]
     assert first in served["pids"]["batches"], served
     assert {poisoned, again} <= set(served["pids"]["alone"]) and poisoned != again, served
+
+
+def test_a_call_asked_once_is_made_once_for_every_caller(service):
+    """Eight callers ask at once for the same ``once`` call (a session's measure, the same
+    for every worker): the service makes it once and answers all eight with its outcome;
+    a call that raised is not shared (each caller makes it); the service says what its
+    children's time went to."""
+    runners = [service() for _ in range(8)]
+    got: list = [None] * len(runners)
+
+    def one(i):
+        got[i] = runners[i].call_once("isolation_targets:nap", 0.5, device=None)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(runners))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert {o.kind for o in got} == {"returned"} and len({o.value for o in got}) == 1, got
+    other = runners[0].call_once("isolation_targets:nap", 0.0, device=None)    # other arguments:
+    assert other.kind == "returned"                                           # another call
+    failed = [r.call_once("isolation_targets:boom", device=None) for r in runners[:3]]
+    assert [o.kind for o in failed] == ["exception"] * 3
+    assert all(r.local.started == 0 and not r.down for r in runners)
+    served = trap_lane.stop(service.path)["service"]
+    assert served["calls"] == {"batches": 1 + 1 + 3} and served["answered_once"] == 7, served
+    assert served["targets"]["isolation_targets:nap"][0] == 2, served["targets"]
+    assert served["targets"]["isolation_targets:boom"][0] == 3
+    assert served["busy_s"]["batches"] >= 0.5
+
+
+def test_a_call_asked_once_without_a_service_is_the_processs_own(monkeypatch):
+    """With no service (``--gpu-service off``) a ``once`` call is an ordinary call of this
+    process's own child."""
+    out = in_a_real_child(monkeypatch, "isolation_targets:pid", once=True)
+    assert out.kind == "returned" and out.value != os.getpid()

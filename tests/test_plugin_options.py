@@ -79,6 +79,12 @@ SETUP_FAULTS = {
                             "ERROR: --traps-one-at-a-time: it holds the GPU service's calls"),
     "one-trap-no-lane": (["--traps-one-at-a-time", "--trap-lane=off"], {},
                          "ERROR: --traps-one-at-a-time: it holds the GPU service's calls"),
+    "service-children-no-service": (["--gpu-service-children=2", "--gpu-service=off"], {},
+                                    "ERROR: --gpu-service-children: it sets the GPU service's children"),
+    "service-children-zero": (["--gpu-service-children=0"], {},
+                              "ERROR: --gpu-service-children='0': expected a number of children"),
+    "service-children-word": (["--gpu-service-children=many"], {},
+                              "ERROR: --gpu-service-children='many': expected a number of children"),
 }
 
 
@@ -102,3 +108,19 @@ def test_unknown_marker_is_an_error(tmp_path):
     t.write_text("import pytest\n@pytest.mark.gpuu\ndef test_a():\n    pass\n")
     r = pytest_run(str(t), "-c", str(ROOT / "tox.ini"), "--rootdir", str(ROOT))
     assert r.returncode != 0 and "gpuu" in (r.stdout + r.stderr)
+
+
+def test_the_service_has_the_children_asked_else_one_per_worker():
+    """``--gpu-service-children N``: the GPU service's children for the batches, per GPU;
+    unset, one per worker of the run."""
+    from types import SimpleNamespace
+    from fixtures.plugins.run_control import lane_control
+
+    def config(children, n):
+        opts = {"gpu_service_children": children}
+        return SimpleNamespace(getoption=lambda name, default=None: opts.get(name, default),
+                               option=SimpleNamespace(tx=None, numprocesses=n))
+    assert lane_control.service_children(config("3", 8)) == 3
+    assert lane_control.service_children(config(None, 8)) is None
+    with pytest.raises(ValueError, match="expected a number of children"):
+        lane_control.service_children(config("-1", 8))

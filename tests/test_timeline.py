@@ -280,6 +280,13 @@ def test_the_gpu_service_says_what_it_served():
     run.meta["timeline"]["lane"]["service"]["one_trap_at_a_time"] = True
     assert ("0 requests refused; one call that runs alone at a time (--traps-one-at-a-time)"
             in timeline.text(timeline.analyze(run)))
+    run.meta["timeline"]["lane"]["service"].update(
+        answered_once=7, busy_s={"batches": 41.25, "alone": 3.5},
+        targets={"fixtures.engine.operation:run_batch": [2100, 30.0], "a.b:c": [3, 0.4]})
+    text = timeline.text(timeline.analyze(run))
+    assert "; 7 answered with another's call (asked once)" in text
+    assert "  the service's children in calls (s): alone 3.50, batches 41.25; the most:" in text
+    assert "       30.00 s    2100 calls  fixtures.engine.operation:run_batch" in text
     run.meta["timeline"]["gpu_service_given_up"] = {"gw3": [["batches", 0, "no answer within 360 s"]]}
     assert ("gw3 gave the GPU service up: batches on GPU 0: no answer within 360 s (its calls ran in "
             "its own children after)") in timeline.text(timeline.analyze(run))
