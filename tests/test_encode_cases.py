@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import re
 
 import pytest
@@ -158,8 +159,9 @@ def test_case_addresses_are_offsets():
 
 def test_the_case_cache_gives_the_generated_cases(tmp_path, monkeypatch):
     """A case list read back from the case cache is the generated one (same cases, same
-    order); a cache written by other code (another digest) or spoiled is not read, and
-    an unwritable cache only costs the generation."""
+    order); a cache written by other code (another digest) or spoiled is not read, the
+    lists of the two checkouts written last before are kept beside this one's, and an
+    unwritable cache only costs the generation."""
     import pickle
     from fixtures.cuda_layer import paths
     monkeypatch.setenv(paths.CASE_CACHE_ENV, str(tmp_path / "cc"))
@@ -178,10 +180,19 @@ def test_the_case_cache_gives_the_generated_cases(tmp_path, monkeypatch):
     assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 2
     stale = tmp_path / "cc" / "he-smoke-0000.pickle"             # other code's list
     stale.write_bytes(pickle.dumps(("not", "these")))
+    os.utime(stale, (1, 1))                                     # the oldest
     monkeypatch.setattr(paths, "_DIGEST", "1111")
     assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 3
-    assert not stale.exists()                                   # earlier lists are removed
+    other = tmp_path / "cc" / "he-smoke-and-more-2222.pickle"   # another name's list
+    other.write_bytes(b"")
+    monkeypatch.setattr(paths, "_DIGEST", "3333")               # a third checkout
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 4
+    assert {p.name for p in (tmp_path / "cc").glob("he-smoke-*.pickle")} == {
+        "he-smoke-1111.pickle", "he-smoke-3333.pickle", path.name, other.name}
+    assert not stale.exists()        # two other checkouts' lists kept, the oldest removed
+    monkeypatch.setattr(paths, "_DIGEST", path.name[len("he-smoke-"):-len(".pickle")])
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 4   # kept: read
     monkeypatch.setenv(paths.CASE_CACHE_ENV, str(tmp_path / "file"))
     (tmp_path / "file").write_text("")                          # not a folder
-    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 4
+    assert paths.cached_on_disk("he-smoke", produce) == fresh and len(calls) == 5
 
