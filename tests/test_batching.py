@@ -5,7 +5,7 @@ import pytest
 
 from fixtures.engine.units import bucket, BUCKETS, scope_of
 
-from nested_run import make_tree, pytest_run
+from nested_run import REPO, make_tree, pytest_run
 
 
 def test_bucket_is_stable_and_in_range():
@@ -23,6 +23,10 @@ def test_scope_of():
         "suites/t.py::test_b[u8-r1-view]") == "suites/t.py::*-view"
     assert scope_of("suites/t.py::test_a[u8-r1-view-dlpack]") != scope_of(
         "suites/t.py::test_a[f16-r3-view]")
+    # the Triton tests of one kernel (data type, rank, box) share one unit, whatever the test
+    assert scope_of("suites/t.py::test_triton_host_map[u8-r1-box32-swz32-il0-zerofill-es1-interior]") == \
+        scope_of("suites/t.py::test_triton_device_store[u8-r1-box32-swz0-il0-nanfill-es1-outside-d0]") == \
+        "suites/t.py::test_triton_*[u8-r1-box32]"
 
 
 def test_each_bucket_runs_on_one_worker_and_ids_stay_clean(tmp_path):
@@ -392,3 +396,29 @@ def test_run_order_spreads_a_unit_that_pays_a_setup_like_a_heavy_one():
     # by size it would have come after every unit of 300 single cases
     plain = run_order(ids[:2300] + ids[2300:2302], lambda i: False)
     assert [ids[i] for i in plain[:2]] == ids[2300:2302]          # spread: the first heavy unit is first
+
+
+TRITON_TESTS = {"triton_cases": ("test_triton_host_map", "test_triton_host_load", "test_triton_device_map",
+                                 "test_triton_device_load"),
+                "triton_store_cases": ("test_triton_host_store", "test_triton_device_store"),
+                "triton_view_cases": ("test_triton_view_host", "test_triton_view_device")}
+
+
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_a_triton_batch_is_one_unit_with_all_its_tests(level):
+    """A Triton batch (one compiled kernel's cases) is called once per run: every test of
+    every case of the batch is in one scheduling unit, so one worker runs them all and the
+    first asks for the batch (fixtures/engine/units.py ``SHARED_BY_TOKENS``)."""
+    import fixtures.library_maps as lm
+    from fixtures.library_maps.cases import batch_key
+    suite = (REPO / "suites" / "test_library_maps.py").read_text()
+    for cases_of, tests in TRITON_TESTS.items():
+        batches = defaultdict(set)
+        for c in getattr(lm, cases_of)(level):
+            for t in tests:
+                assert f"def {t}(" in suite, t
+                batches[batch_key(c)].add(scope_of(f"suites/test_library_maps.py::{t}[{c.id}]"))
+        assert batches and all(len(u) == 1 for u in batches.values()), {
+            k: u for k, u in batches.items() if len(u) > 1}
+    units = {scope_of(f"suites/test_library_maps.py::test_triton_host_map[{c.id}]") for c in lm.triton_cases(level)}
+    assert len(units) > 1 or level == "smoke"       # not one unit for the whole suite
