@@ -422,3 +422,33 @@ def test_a_triton_batch_is_one_unit_with_all_its_tests(level):
             k: u for k, u in batches.items() if len(u) > 1}
     units = {scope_of(f"suites/test_library_maps.py::test_triton_host_map[{c.id}]") for c in lm.triton_cases(level)}
     assert len(units) > 1 or level == "smoke"       # not one unit for the whole suite
+
+
+@pytest.mark.parametrize("level", ["smoke", "standard", "full"])
+def test_device_encodes_read_by_other_tests_are_in_the_field_cases_unit(level):
+    """The device-encoding suite's address and stride checks read the encodes of the field
+    cases' batches (fixtures/device_encode/runner.py ``batch_key``): each of their cases is
+    in the unit of its field case, so the worker that encodes the batch runs them too; its
+    spaces check shares each group's unit with the styles check (fixtures/engine/units.py
+    ``SAME_UNIT_AS``)."""
+    import fixtures.device_encode as de
+    from fixtures.device_encode.runner import batch_key
+    path = "suites/test_device_encode.py"
+    suite = (REPO / path).read_text()
+    fields = list(de.field_cases(level, 90))
+    readers = {"test_replace_address_matches_driver": [c for c in fields if c.key == "global_address"],
+               "test_global_stride_operand_is_bytes": [c for c in fields if c.key.startswith("global_stride")]}
+    units = defaultdict(set)
+    for c in fields:
+        units[batch_key(c)].add(scope_of(f"{path}::test_replace_field[{c.id}]"))
+    for test, cases in readers.items():
+        assert f"def {test}(" in suite and cases, test
+        for c in cases:
+            units[batch_key(c)].add(scope_of(f"{path}::{test}[{c.id}]"))
+    assert all(len(u) == 1 for u in units.values()), {k: u for k, u in units.items() if len(u) > 1}
+    assert len(units) > 1
+    # the spaces check reads the styles check's groups' encodes (``_by_variant``)
+    groups = sorted({c.key.split("[")[0] for c in fields})
+    assert "def test_spaces_agree(" in suite and len(groups) > 1
+    for g in groups:
+        assert scope_of(f"{path}::test_spaces_agree[{g}]") == scope_of(f"{path}::test_styles_agree[{g}]"), g
