@@ -110,9 +110,10 @@ def test_unknown_marker_is_an_error(tmp_path):
     assert r.returncode != 0 and "gpuu" in (r.stdout + r.stderr)
 
 
-def test_the_service_has_the_children_asked_else_one_per_worker():
+def test_the_service_has_the_children_asked_else_one_per_worker_up_to_a_cap():
     """``--gpu-service-children N``: the GPU service's children for the batches, per GPU;
-    unset, one per worker of the run."""
+    unset, one per worker of the run, at most ``GENERAL_MAX`` whatever ``-n``."""
+    from fixtures.cuda_layer.gpu_service import GENERAL_MAX
     from types import SimpleNamespace
     from fixtures.plugins.run_control import lane_control
 
@@ -122,5 +123,8 @@ def test_the_service_has_the_children_asked_else_one_per_worker():
                                option=SimpleNamespace(tx=None, numprocesses=n))
     assert lane_control.service_children(config("3", 8)) == 3
     assert lane_control.service_children(config(None, 8)) is None
+    assert GENERAL_MAX == 8
+    assert [lane_control.children(config(None, n)) for n in (1, 4, 8, 12, 32)] == [1, 4, 8, 8, 8]
+    assert lane_control.children(config("12", 32)) == 12 and lane_control.children(config("2", 8)) == 2
     with pytest.raises(ValueError, match="expected a number of children"):
         lane_control.service_children(config("-1", 8))
