@@ -493,6 +493,27 @@ def test_the_gpu_service_serves_every_worker_on_every_gpu_when_asked(tmp_path, o
     assert results(out)["timeline"]["gpu_service_given_up"] == {worker: [["batches", 1, "planted"]]}
 
 
+@CPU_ONLY
+@pytest.mark.parametrize("n_gpus,workers", [(4, "8"), (8, "32")])
+def test_each_gpu_has_its_service_children_capped_whatever_the_workers(tmp_path, n_gpus, workers):
+    """The processes that may hold a context on a GPU are its service's children: one per
+    worker for the batches, at most ``GENERAL_MAX`` (8) whatever ``-n`` (before, ``-n 32``
+    gave each GPU 32), up to ``ALONE`` for the calls that run alone and one for the
+    streams; the workers hold none (test_a_worker_opens_no_context_and_imports_no_cupy).
+    The issue's bound of 4 a GPU is not this: 4 children cost the sweeps time
+    (docs/performance.md, 2026-12-07, eighth session)."""
+    from fixtures.cuda_layer.gpu_service import ALONE, GENERAL_MAX
+    cp, out = _run(tmp_path, "-n", workers, gpus=n_gpus, tree=SERVICE_TREE,
+                   env={"FAKE_RUNNER_KIND": "ServiceRunner"})
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    lanes = results(out)["timeline"]["lane"]["gpus"]
+    assert sorted(lanes, key=int) == [str(k) for k in range(n_gpus)], lanes
+    for k, lane in lanes.items():
+        pids = lane["service"]["pids"]
+        assert len(pids["batches"]) == min(int(workers), GENERAL_MAX), (k, pids)
+        assert sum(len(v) for v in pids.values()) <= GENERAL_MAX + ALONE + 1, (k, pids)
+
+
 # A worker as it is on a node (the GPU neither opened nor activated by a stub): the
 # driver's context calls and an import of CuPy, wherever they happen, write a line to
 # FAKE_CTX_LOG saying which call, in which process and thread.
