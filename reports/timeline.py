@@ -293,6 +293,11 @@ def text(a: dict) -> str:
                 if begin is not None and ln.get("end") is not None else "")
         if ln.get("jobs_at") is not None and ln.get("start") is not None:
             span += f", the lane started at {ln['start']:.2f} s"
+        if ln.get("children_at") is not None and ln.get("service"):
+            span += (f", its library runtimes imported by {ln['libraries_at']:.2f} s and its children "
+                     f"for the batches open at {ln['children_at']:.2f} s"
+                     if ln.get("libraries_at") is not None else
+                     f", its children for the batches open at {ln['children_at']:.2f} s")
         kinds = ", ".join(f"{k} {v}" for k, v in sorted((ln.get("outcomes") or {}).items()))
         lines += ["", f"trap lane: {ln.get('ran', 0)} of {ln.get('jobs', 0)} jobs run ahead {span}, "
                       f"{ln.get('children')} children in turn, {ln.get('child_starts')} started; "

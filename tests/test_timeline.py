@@ -236,6 +236,9 @@ def test_the_trap_lane_is_a_line_and_a_row_of_its_own():
     run.meta["timeline"]["lane"]["jobs_at"] = 1.4
     assert "run ahead from 1.40 s to 4.40 s (3.00 s), the lane started at 0.90 s, 4 children" in \
         timeline.text(timeline.analyze(run))
+    run.meta["timeline"]["lane"].update(service={"calls": {"batches": 9}}, libraries_at=1.1, children_at=1.3)
+    assert ("the lane started at 0.90 s, its library runtimes imported by 1.10 s and its children for the "
+            "batches open at 1.30 s, 4 children") in timeline.text(timeline.analyze(run))
     assert "lane" not in timeline.svg(_run(), timeline.analyze(_run()))
 
 
