@@ -51,11 +51,12 @@ def test_a_gpu_is_named_by_ordinal_uuid_and_pci_bus_id():
     assert cuda_env.DeviceInfo(5, "x", (9, 0)).label == "GPU 5"
 
 
-@pytest.mark.parametrize("n_gpus,cpus,want", [(0, 2, 2), (0, 64, 4), (1, 16, gpu.WORKERS),
-                                            (4, 64, gpu.WORKERS), (8, 128, gpu.WORKERS), (1, 2, 2)])
+@pytest.mark.parametrize("n_gpus,cpus,want", [(0, 2, 2), (0, 64, 4), (1, 16, gpu.WORKERS_WIDE),
+                                            (4, 64, gpu.WORKERS_WIDE), (8, 128, gpu.WORKERS_WIDE), (1, 2, 2),
+                                            (1, 8, gpu.WORKERS), (1, 12, gpu.WORKERS), (1, 15, gpu.WORKERS)])
 def test_auto_workers(n_gpus, cpus, want):
     """-n auto: as many workers on a node of several GPUs as on one (each worker runs its
-    cases on every GPU), bounded by the cores."""
+    cases on every GPU), bounded by the cores; 12 from 16 cores, 8 below."""
     assert gpu.auto_workers(n_gpus, cpus) == want
 
 
