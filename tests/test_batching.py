@@ -139,9 +139,8 @@ def test_the_batches_selections_read_the_collected_items_once_per_gpu():
             return super().__iter__()
 
     def item(param, case, path, once=None):
-        it = SimpleNamespace(callspec=SimpleNamespace(params={param: SimpleNamespace(id=case)}),
-                             path=Path(path), stash={} if once is None else {ONCE_ON: once})
-        return it
+        return SimpleNamespace(callspec=SimpleNamespace(params={param: SimpleNamespace(id=case)}),
+                               path=Path(path), stash={} if once is None else {ONCE_ON: once})
     items = Items([item("a", "a0", "/s/m.py"), item("a", "a1", "/s/m.py", once=1),
                    item("b", "b0", "/s/n.py"), item("b", "b1", "/s/n.py", once=0)])
     gpu0, gpu1 = SimpleNamespace(ordinal=0), SimpleNamespace(ordinal=1)
