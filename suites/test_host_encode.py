@@ -31,6 +31,7 @@ from fixtures.tensormap.enums import (DTYPES, NUMPY_NAMES_IT, DataType, Interlea
                                       L2Promotion, OobFill, Swizzle, short)
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.rules.registry import RuleError, check, fail_all
+from reports.model import OBSERVATION_PREFIX
 
 ALLOC_BYTES = he.ALLOC_BYTES
 WIDE_ARCH = he.WIDE_ARCH
@@ -93,6 +94,11 @@ def pytest_generate_tests(metafunc):
     if "field_case" in metafunc.fixturenames:
         fcs = he.field_cases()
         metafunc.parametrize("field_case", fcs, ids=[f[0] for f in fcs])
+    if "route_case" in metafunc.fixturenames:
+        metafunc.parametrize("route_case", he.route_cases(level))
+    if "lookup_case" in metafunc.fixturenames:
+        metafunc.parametrize("lookup_case", [pytest.param(c, id=c[0], marks=pytest.mark.rule(c[4]))
+                                             for c in he.lookup_cases(level)])
 
 
 # --------------------------------------------------------------------- fixtures
@@ -351,6 +357,45 @@ def test_rank1_null_and_empty_strides_agree(gpu, driver):
           {"outcome": "status", "status": " ".join(f"{k}={v}" for k, v in names.items())})
     maps = {v[1] for v in answers.values() if v[1]}
     assert len(maps) <= 1, "rank-1 maps differ with the (unread) strides array"
+
+
+# --------------------------------------------------------------------- routes to the encoders
+ROUTE_TIMEOUT_S = 60.0
+
+
+@pytest.mark.rule("entry.routes-agree")
+def test_encoder_route(route_case, gpu):
+    """One encoder reached by one route (fixtures/host_encode/routes.py: cuGetProcAddress at
+    a CUDA version, the runtime's lookups, cuda-python's wrapper): the lookup answers as
+    the Driver API says, and the function it gives encodes the same arguments to the same
+    status and 128 bytes as the driver library's exported symbol, in the same child. The
+    deprecated unversioned runtime lookup giving no pointer is an observation (meta-pytorch/
+    torchcomms#2879, pytorch/ao#4653: cudaErrorInvalidValue with the CUDA 13.1 and 13.2
+    runtimes, where the lookup by version worked)."""
+    short, route = he.split_route(route_case)
+    answer = engine.value_of(run_isolated(he.route_answer, short, route, device=gpu.ordinal,
+                                          timeout=ROUTE_TIMEOUT_S),
+                             "entry.routes-agree", route_case, "the route's lookup and encodes")
+    if answer.unavailable:
+        pytest.skip(answer.unavailable)
+    errors, seen = he.judge_route(short, route, answer)
+    fail_all(route_case, errors)
+    if seen:
+        pytest.skip(f"{OBSERVATION_PREFIX} not a pass (a deprecated lookup; no document says what it "
+                    f"gives a runtime newer than the driver): {seen}")
+
+
+def test_encoder_lookup(lookup_case, gpu):
+    """A lookup whose answer is the case: below the version that introduced the function,
+    above the driver's version, a name the driver does not have (CUDA Driver API 6.33,
+    cuGetProcAddress; the runtime's cudaGetDriverEntryPointByVersion)."""
+    cid, api, short, spec, rule = lookup_case
+    answer = engine.value_of(run_isolated(he.lookup_answer, api, short, spec, device=gpu.ordinal,
+                                          timeout=ROUTE_TIMEOUT_S),
+                             rule, cid, "the lookup")
+    if answer.unavailable:
+        pytest.skip(answer.unavailable)
+    fail_all(cid, he.judge_lookup(api, short, answer))
 
 
 @pytest.mark.trap       # traps on purpose (fixtures/plugins/run_control/trap_marks.py)

@@ -301,6 +301,9 @@ RUNTIME_SKIPS = {
     "test_fence_scopes.py::_observe": "a report-only observation: no outcome is right or wrong",
     "test_host_encode.py::test_rule_case": "a replace case's base map that the rules and this driver both reject",
     "test_host_encode.py::test_cuda_core_matches_encode_tiled": "cuda.core in the child cannot make tensor maps",
+    "test_host_encode.py::test_encoder_route": "the child has no CUDA runtime or no cuda-python for the route; "
+                                               "a deprecated lookup's refusal is an observation",
+    "test_host_encode.py::test_encoder_lookup": "the child has no CUDA runtime for the runtime's lookup",
     "test_library_maps.py::_result": "Triton in the child cannot run the case (its launcher's API differs)",
     "test_library_maps.py::_unavailable": "cuda.core in the child cannot make tensor maps",
     "test_library_maps.py::test_triton_host_map": "this Triton's host map bytes cannot be read",
