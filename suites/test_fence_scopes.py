@@ -18,7 +18,7 @@ import pytest
 from fixtures import engine, fences
 from fixtures.tensormap import sweep
 from fixtures.cuda_layer.isolation import run_isolated
-from fixtures.rules.registry import check
+from fixtures.rules.registry import check, fail_all
 from reports.model import OBSERVATION_PREFIX
 
 SCOPES = fences.SCOPES
@@ -84,6 +84,10 @@ IDS = {
 
 
 def pytest_generate_tests(metafunc):
+    if "graph_case" in metafunc.fixturenames:
+        metafunc.parametrize("graph_case", [
+            pytest.param(c, id=c, marks=pytest.mark.rule(fences.GRAPH_CASES[c][0]))
+            for c in fences.graph_cases(sweep.level(metafunc.config))])
     if "case" not in metafunc.fixturenames:
         return
     key = metafunc.function.__name__.removeprefix("test_")
@@ -342,3 +346,17 @@ def test_stress_same_block(gpu, kernels, request, case):
     r = _run(request, gpu, kernels, fences.run_same_block, **case)
     _report(request, r)
     r.check("fence.release-acquire", "fence.publish", f"fence.scope-{case['scope']}", case=request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ graphs that hold a map
+def test_graph_holds_map(graph_case, gpu, kernels):
+    """A kernel node takes a host-encoded map by value (fixtures/fences/graph_maps.py): a
+    launch of the graph reads the map the node holds (copied when the node was made, or
+    when the kernel was launched under stream capture), not the one the host encoded later
+    for a moved tensor (deepseek-ai/DeepGEMM#444); cuGraphExecKernelNodeSetParams and
+    cuGraphExecUpdate give the node a new map, which the next launch reads, bit for bit."""
+    rule = fences.GRAPH_CASES[graph_case][0]
+    out = run_isolated(fences.run_graph_case, graph_case, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    answer = engine.value_of(out, rule, graph_case, "the graph's launches")
+    fail_all(graph_case, fences.judge_graph(graph_case, answer))
