@@ -16,7 +16,9 @@ import pytest
 import fixtures.tma_load as tl
 from fixtures import engine
 from fixtures.cuda_layer import status as st
-from fixtures.rules.registry import check
+from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.rules.registry import check, fail_all
+from fixtures.tensormap import sweep
 
 
 def done_cases(level):
@@ -30,6 +32,10 @@ def trap_cases(level):
 def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "prefetch_case", done_cases)
     engine.parametrize(metafunc, "prefetch_trap", trap_cases)
+    if "map_space" in metafunc.fixturenames:
+        metafunc.parametrize("map_space", [
+            pytest.param(c, id=c, marks=pytest.mark.rule(tl.PREFETCH_MAP_CASES[c][2]))
+            for c in tl.prefetch_map_cases(sweep.level(metafunc.config))])
 
 
 prefetch_batches = engine.batch_fixture("prefetch_batches", "prefetch_case", done_cases,
@@ -54,3 +60,15 @@ def test_tma_prefetch_trap(prefetch_trap, gpu, kernels):
     why = prefetch_trap.load_trap_reason
     engine.expect_trap(prefetch_trap, tl.PREFETCH, gpu, kernels, rule=prefetch_trap.rule,
                        reason=why and f"a load through this map at these coordinates traps: {why}")
+
+
+def test_prefetch_tensormap(map_space, gpu, kernels):
+    """prefetch.tensormap on a map in param, const, global or shared memory, named with its
+    space or by a generic address (fixtures/tma_load/prefetch_map.py), then a TMA load
+    through a map: the kernel completes and the load reads the box exactly, as without the
+    prefetch (the none-* cases)."""
+    rule = tl.PREFETCH_MAP_CASES[map_space][2]
+    out = run_isolated(tl.run_prefetch_map, map_space, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    tiles, words = engine.value_of(out, rule, map_space, "the prefetch and load")
+    fail_all(map_space, tl.judge_prefetch_map(map_space, tiles, words))
