@@ -19,6 +19,7 @@ from fixtures.cuda_layer import status as st
 from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.rules.registry import check, fail_all
 from fixtures.tensormap import sweep
+from reports.model import OBSERVATION_PREFIX
 
 
 def done_cases(level):
@@ -72,3 +73,27 @@ def test_prefetch_tensormap(map_space, gpu, kernels):
                        device=gpu.ordinal, timeout=120)
     tiles, words = engine.value_of(out, rule, map_space, "the prefetch and load")
     fail_all(map_space, tl.judge_prefetch_map(map_space, tiles, words))
+
+
+@pytest.mark.trap       # trapped on an H100 (fixtures/tma_load/prefetch_map.py GLOBAL)
+@pytest.mark.isolated
+@pytest.mark.rule("prefetch-map.global-load")
+def test_prefetch_tensormap_of_a_global_map(gpu, kernels):
+    """prefetch.tensormap of a generic address in global memory, which the PTX ISA gives no
+    effect (its tensormap prefetch names .const and .param maps), alone in the isolated
+    child: a trap or a completed kernel is an observation; a completed kernel whose load
+    through the map in global memory is not exact fails; after a trap, the next child's
+    load through the map in global memory (none-global) must be exact."""
+    out = run_isolated(tl.run_prefetch_map, "global-generic", gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120, alone=True)
+    if out.kind not in ("cuda_error", "returned"):
+        engine.value_of(out, "prefetch-map.global-load", "global-generic", "the prefetch and load")
+    errors, seen = tl.observe_global(out.kind, out.error, out.value)
+    if out.kind == "cuda_error":
+        after = run_isolated(tl.run_prefetch_map, "none-global", gpu.arch, str(kernels.cache_dir),
+                             device=gpu.ordinal, timeout=120)
+        tiles, words = engine.value_of(after, "prefetch-map.global-load", "global-generic",
+                                       "the next child's load after the trap")
+        errors = tl.judge_prefetch_map("none-global", tiles, words)
+    fail_all("global-generic", errors)
+    pytest.skip(f"{OBSERVATION_PREFIX} not a pass (no document gives this prefetch an effect): {seen}")

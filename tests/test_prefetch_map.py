@@ -39,3 +39,14 @@ def test_every_map_has_a_baseline_and_the_boxes_lie_inside_the_tensor():
     assert all(x + bx <= pm.SHAPE[1] and y + by <= pm.SHAPE[0] for x, y in pm.COORDS)
     assert tl.prefetch_map_cases("smoke") == ["param"]
     assert tl.prefetch_map_cases("full") == list(tl.PREFETCH_MAP_CASES)
+
+
+def test_the_global_maps_prefetch_is_an_observation_unless_its_load_is_wrong():
+    errors, seen = tl.observe_global("cuda_error", "cudaErrorIllegalAddress", None)
+    assert errors == [] and "trapped: cudaErrorIllegalAddress" in seen
+    errors, seen = tl.observe_global("returned", "", (pm.expected(), OK))
+    assert errors == [] and "completed" in seen
+    wrong = pm.expected() + 1
+    errors, seen = tl.observe_global("returned", "", (wrong, OK))
+    assert [e[0] for e in errors] == ["prefetch-map.global-load"] and not seen
+    assert pm.GLOBAL not in tl.PREFETCH_MAP_CASES

@@ -304,6 +304,8 @@ RUNTIME_SKIPS = {
     "test_host_encode.py::test_encoder_route": "the child has no CUDA runtime or no cuda-python for the route; "
                                                "a deprecated lookup's refusal is an observation",
     "test_host_encode.py::test_encoder_lookup": "the child has no CUDA runtime for the runtime's lookup",
+    "test_tma_prefetch.py::test_prefetch_tensormap_of_a_global_map": "an observation: no document gives "
+                                                                     "the prefetch an effect there",
     "test_library_maps.py::_result": "Triton in the child cannot run the case (its launcher's API differs)",
     "test_library_maps.py::_unavailable": "cuda.core in the child cannot make tensor maps",
     "test_library_maps.py::test_triton_host_map": "this Triton's host map bytes cannot be read",
