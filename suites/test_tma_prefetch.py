@@ -64,10 +64,11 @@ def test_tma_prefetch_trap(prefetch_trap, gpu, kernels):
 
 
 def test_prefetch_tensormap(map_space, gpu, kernels):
-    """prefetch.tensormap on a map in param, const, global or shared memory, named with its
-    space or by a generic address (fixtures/tma_load/prefetch_map.py), then a TMA load
-    through a map: the kernel completes and the load reads the box exactly, as without the
-    prefetch (the none-* cases)."""
+    """prefetch.tensormap on a map in param, const or shared memory, named with its space or
+    by a generic address (fixtures/tma_load/prefetch_map.py), then a TMA load through a map:
+    the kernel completes and the load reads the box exactly, as without the prefetch (the
+    none-* cases; the prefetch of a map in global memory runs alone:
+    test_prefetch_tensormap_of_a_global_map)."""
     rule = tl.PREFETCH_MAP_CASES[map_space][2]
     out = run_isolated(tl.run_prefetch_map, map_space, gpu.arch, str(kernels.cache_dir),
                        device=gpu.ordinal, timeout=120)
