@@ -74,9 +74,26 @@ def test_the_unversioned_runtime_lookup_without_a_pointer_is_an_observation_not_
 def test_a_lookup_case_of_an_unknown_name_wants_symbol_not_found():
     wrong = routes.RouteAnswer(lookup=routes.Lookup("CUDA_SUCCESS", 0, routes.NOT_SUFFICIENT, DRIVER),
                                driver=DRIVER)
-    assert [e.rule for e in he.judge_lookup("proc", None, wrong)] == ["entry.unknown-symbol"]
+    errors, seen = he.judge_lookup("proc", None, wrong)
+    assert [e.rule for e in errors] == ["entry.unknown-symbol"] and not seen
     right = routes.RouteAnswer(lookup=routes.Lookup("CUDA_SUCCESS", 0, routes.NOT_FOUND, DRIVER), driver=DRIVER)
-    assert he.judge_lookup("proc", None, right) == []
+    assert he.judge_lookup("proc", None, right) == ([], "")
+
+
+def test_above_a_driver_older_than_13_0_a_lookup_is_an_observation_not_a_rule():
+    """CUDA 12.9's text lacks "If the specified CUDA version is greater than the driver
+    version, the API will return CUDA_ERROR_INVALID_VALUE.": on a 12.x driver, a lookup
+    above it decides nothing."""
+    assert routes.expected("proc", 13000, 12000, 12080) is None
+    given = routes.Lookup("CUDA_SUCCESS", 0x1000, routes.SUCCESS, 12090)
+    errors, seen = he.judge_lookup("proc", "tiled", routes.RouteAnswer(lookup=given, driver=12080))
+    assert errors == [] and "above the driver's 12080" in seen and "a pointer" in seen
+    same = EncodeResult(0, "CUDA_SUCCESS", MAP)
+    answer = routes.RouteAnswer(lookup=routes.Lookup("CUDA_SUCCESS", 0x1000, 0, 13000), results=[same],
+                                reference=[same], driver=12080)
+    errors, seen = he.judge_route("tiled", "proc-13000", answer)
+    assert errors == [] and "say nothing" in seen
+    assert he.judge_lookup("proc", "tiled", routes.RouteAnswer(lookup=given, driver=DRIVER))[1] == ""
 
 
 @pytest.mark.parametrize("level", ["smoke", "standard", "full"])
