@@ -13,6 +13,7 @@ import pytest
 from fixtures import engine
 from fixtures.cuda_layer import build, status
 from fixtures.toolchain import smoke
+from fixtures.tma_box import tiled
 from fixtures.cuda_layer.isolation import run_isolated
 
 KERNELS = sorted(p.name for p in build.KERNEL_DIR.glob("*.cu")
@@ -78,7 +79,7 @@ def test_smoke_tile_loads_bit_exact(gpu, kernels):
     tiles, st = _load(gpu, kernels, host, SMOKE_COORDS, "toolchain.smoke-load", "smoke")
     status.check_status(st, [_smoke_id(c) for c in SMOKE_COORDS])
     for tile, (x, y) in zip(tiles, SMOKE_COORDS):
-        want = smoke.expected_box(host, x, y, *SMOKE_BOX)
+        want = tiled.plane_box(host, x, y, *SMOKE_BOX)
         diff = np.flatnonzero(tile.view(np.uint32) != want.view(np.uint32))
         assert diff.size == 0, (
             f"box at ({x}, {y}): {diff.size} elements differ, first at flat index {diff[0]}: "
