@@ -88,6 +88,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("graph_case", [
             pytest.param(c, id=c, marks=pytest.mark.rule(fences.GRAPH_CASES[c][0]))
             for c in fences.graph_cases(sweep.level(metafunc.config))])
+    if "proxy_case" in metafunc.fixturenames:
+        metafunc.parametrize("proxy_case", [
+            pytest.param(c, id=c, marks=pytest.mark.rule(fences.PROXY_CASES[c].rule))
+            for c in fences.proxy_cases(sweep.level(metafunc.config))])
+    if "tx_case" in metafunc.fixturenames:
+        metafunc.parametrize("tx_case", [
+            pytest.param(c, id=c, marks=pytest.mark.rule(fences.TX_CASES[c].rule))
+            for c in fences.tx_cases(sweep.level(metafunc.config))])
     if "case" not in metafunc.fixturenames:
         return
     key = metafunc.function.__name__.removeprefix("test_")
@@ -360,3 +368,40 @@ def test_graph_holds_map(graph_case, gpu, kernels):
                        device=gpu.ordinal, timeout=120)
     answer = engine.value_of(out, rule, graph_case, "the graph's launches")
     fail_all(graph_case, fences.judge_graph(graph_case, answer))
+
+
+# ------------------------------------------------------------------ the async proxy's data
+def test_proxy_fence(proxy_case, gpu, kernels):
+    """Data handed between ordinary loads and stores and TMA (fixtures/fences/async_proxy.py),
+    thousands of hand-offs in one launch: shared memory written by threads, then TMA-stored or
+    reduced; a tile written with ordinary stores and published with a release flag, then
+    TMA-loaded by another block; a tile written by the previous kernel; a shared stage read
+    by threads, then overwritten by the next TMA load; a fresh mbarrier completed by a TMA load.
+    With the documented proxy fence every tile is exact; without it, an observation with its
+    counts (FlashKDA#24, cuLA#114, DeepEP#632, DeepEP#642)."""
+    rule = fences.PROXY_CASES[proxy_case].rule
+    out = run_isolated(fences.run_proxy, proxy_case, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    answer = engine.value_of(out, rule, proxy_case, "the hand-offs")
+    errors, seen = fences.judge_proxy(proxy_case, answer)
+    fail_all(proxy_case, errors)
+    if seen:
+        pytest.skip(f"{OBSERVATION_PREFIX} not a pass (without the proxy fence the documents "
+                    f"promise nothing): {seen}")
+
+
+def test_transaction_count(tx_case, gpu, kernels):
+    """The bytes a TMA load completes on its mbarrier (fixtures/fences/tx_count.py): a box
+    inside, across, below or outside the tensor completes the box's bytes, on each CTA's
+    barrier for a multicast; a barrier told 16 bytes more ends as a named timeout; told fewer,
+    what the GPU did is an observation; a load with a fresh barrier after each is exact
+    (mirage#705, tilelang#2644, cutlass#3314)."""
+    rule = fences.TX_CASES[tx_case].rule
+    out = run_isolated(fences.run_tx, tx_case, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    answer = engine.value_of(out, rule, tx_case, "the load")
+    errors, seen = fences.judge_tx(tx_case, answer)
+    fail_all(tx_case, errors)
+    if seen:
+        pytest.skip(f"{OBSERVATION_PREFIX} not a pass (the documents do not say when such a "
+                    f"wait ends): {seen}")
