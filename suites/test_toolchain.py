@@ -15,6 +15,7 @@ from fixtures.cuda_layer import build, status
 from fixtures.toolchain import smoke
 from fixtures.tma_box import tiled
 from fixtures.cuda_layer.isolation import run_isolated
+from fixtures.rules.registry import check
 
 KERNELS = sorted(p.name for p in build.KERNEL_DIR.glob("*.cu")
                  if p.name != "replace_sm90a_only.cu")
@@ -121,3 +122,26 @@ def test_bounded_wait_reports_timeout(gpu, kernels):
         f"status words {out.value}, want both TIMEOUT ({status.TIMEOUT})")
     with pytest.raises(AssertionError, match="timeout"):
         status.check_status(out.value, ["box0", "box1"])
+
+
+@pytest.mark.rule("toolchain.ptx-newer-than-driver")
+def test_ptx_newer_than_the_driver_is_an_environment_answer(gpu):
+    """A module of PTX newer than the driver knows (flashinfer#3795: PTX 9.1 on a CUDA 13.0
+    driver) is the environment's answer: PTX 8.0 loads and runs through the harness's
+    module path; PTX 9.9 comes back as UnsupportedToolchain naming both versions, which the
+    harness turns into the skip "environment, not a rule: ...", never a broken rule."""
+    rule = "toolchain.ptx-newer-than-driver"
+    known = run_isolated(smoke.load_ptx, smoke.KNOWN_PTX, device=gpu.ordinal, timeout=60)
+    word, driver = engine.value_of(known, rule, f"ptx-{smoke.KNOWN_PTX}", f"loading PTX {smoke.KNOWN_PTX}")
+    check(word == 7, rule, f"ptx-{smoke.KNOWN_PTX}", f"the kernel of PTX {smoke.KNOWN_PTX} wrote {word}, not 7")
+    newer = run_isolated(smoke.load_ptx, smoke.NEWER_PTX, device=gpu.ordinal, timeout=60)
+    if newer.kind == "returned" and driver >= smoke.NEWER_PTX_DRIVER:
+        pytest.skip(f"this driver (cuDriverGetVersion {driver}) may know PTX {smoke.NEWER_PTX}: it loaded it")
+    case = f"ptx-{smoke.NEWER_PTX}"
+    check(newer.kind == "exception" and newer.error.startswith("UnsupportedToolchain: "), rule, case,
+          f"loading PTX {smoke.NEWER_PTX} came back {newer}, not UnsupportedToolchain "
+          f"(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)")
+    check(f"PTX {smoke.NEWER_PTX}" in newer.error and "cuDriverGetVersion" in newer.error, rule, case,
+          f"the refusal does not name both versions: {newer.error}")
+    with pytest.raises(pytest.skip.Exception, match=f"^{engine.ENVIRONMENT}the driver .*PTX {smoke.NEWER_PTX}"):
+        engine.value_of(newer, rule, case, f"loading PTX {smoke.NEWER_PTX}")
