@@ -7,7 +7,8 @@ A case is one pytest node id. Its *state* is exactly one of ``STATES``:
                          a strict known issue that passed: "XPASS(strict)")
 - ``known-issue``       (an xfail, strict, or a known-issue entry in skip mode)
 - ``skipped``           (with a reason and a ``skip_kind``: ``no-gpu``,
-                         ``needs-2-gpus``, ``arch-lacks-feature``, ``gpu-lost``, ``other``)
+                         ``needs-2-gpus``, ``arch-lacks-feature``, ``gpu-lost``,
+                         ``environment``, ``other``)
 - ``could-not-build``   (a ``BuildError`` raised while preparing or running it)
 - ``harness-error``     (the harness's own step failed: an allocation, a copy, a memset
                          on the wrong GPU; no documented rule was judged)
@@ -55,13 +56,18 @@ HARNESS_PREFIX = "harness-error: "
 KNOWN_PREFIX = "known-issue "
 XPASS_STRICT = "[XPASS(strict)]"
 
-SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "gpu-lost", "other")
+SKIP_KINDS = ("no-gpu", "needs-2-gpus", "arch-lacks-feature", "gpu-lost", "environment", "other")
+# A case whose code the node's driver cannot load (PTX newer than it knows: the driver
+# older than the toolchain) is skipped with a reason that starts with this (its kind:
+# environment): the stack's setup, not a broken rule (fixtures/engine/batches.py).
+ENVIRONMENT_PREFIX = "environment, not a rule:"
 # A case that records what a stack does where no documented rule decides it ends as a
 # skip whose reason starts with this (its kind: observation): never a pass.
 OBSERVATION_PREFIX = "observation:"
 
 _SKIP_PATTERNS = [
     ("observation", re.compile(r"^" + re.escape(OBSERVATION_PREFIX))),
+    ("environment", re.compile(r"^" + re.escape(ENVIRONMENT_PREFIX))),
     # first: its reason quotes the probe ("a fresh process sees no GPU 0: ...")
     ("gpu-lost", re.compile(r"\bGPU lost\b")),
     ("needs-2-gpus", re.compile(r"needs? (?:at least )?(?:2|two) GPUs|multi[- ]GPU", re.I)),

@@ -14,6 +14,7 @@ from fixtures.cuda_layer.faults import HarnessError, UnsupportedToolchain
 from fixtures.cuda_layer.isolation import Outcome
 from fixtures.engine.batches import Why
 from fixtures.toolchain import smoke
+from reports.model import classify_skip
 
 
 class _Driver:
@@ -60,6 +61,7 @@ def test_a_case_that_meets_it_is_skipped_as_the_environments_not_failed_nor_a_ha
     with pytest.raises(pytest.skip.Exception, match=r"^environment, not a rule: the driver \(cuDriverGetVersion "
                                                     r"13000\) cannot load .*UNSUPPORTED_PTX_VERSION$"):
         engine.value_of(out, "toolchain.ptx-newer-than-driver", "ptx-9.9")
+    assert classify_skip(engine.ENVIRONMENT + "the driver ...") == "environment"
     # through a batch: why the case has no result names the child's exception
     why = Why(f"the batch of 3 cases it was launched with faulted (the harness raised {text})", harness=True)
     with pytest.raises(pytest.skip.Exception, match="^environment, not a rule: the driver"):
