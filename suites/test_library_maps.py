@@ -59,6 +59,7 @@ from fixtures.tensormap.enums import DTYPES, OobFill, Swizzle
 from fixtures.cuda_layer.faults import HarnessError
 from fixtures.plugins.reporting.case_rules import rests_on
 from fixtures.rules.registry import check, fail, fail_all
+from reports.model import OBSERVATION_PREFIX
 
 # What a quoted module's package is installed as, and how (where it is not Triton's)
 DISTRIBUTIONS = {"cutlass": lm.cute_dsl.DISTRIBUTION}
@@ -76,6 +77,10 @@ def pytest_generate_tests(metafunc):
                        lambda level: [c for c in lm.mosaic_cases(level) if not c.refusal])
     engine.parametrize(metafunc, "mosaic_refusal",
                        lambda level: [c for c in lm.mosaic_cases(level) if c.refusal])
+    if "replace_case" in metafunc.fixturenames:
+        metafunc.parametrize("replace_case", [
+            pytest.param(c, marks=pytest.mark.rule(r)) for c, r in lm.REPLACE_CASES.items()
+            if sweep.level(metafunc.config) != "smoke" or c == "new-tensor"])
     engine.parametrize(metafunc, "cute_tensormap_case",
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "tensormap"])
     engine.parametrize(metafunc, "cute_atom_case",
@@ -501,6 +506,24 @@ def test_cuda_core_view(cuda_core_view_case, interface, gpu, request):
     v = lm.view_verdict(lambda at: lm.cuda_core(c, r["lib"], at, rule, refs=r["refs"]), c, address, base)
     _explained(request, v)
     fail_all(c.id, v.errors)
+
+
+def test_cuda_core_replace_address(replace_case, gpu, kernels, request):
+    """cuda.core's TensorMapDescriptor.replace_address (cuda-python#1687), where the installed
+    cuda.core has it (fixtures/library_maps/cuda_core_replace.py): given a new tensor, the
+    descriptor is the driver's map over it and the load through it reads it; given a
+    misaligned or a host address, it refuses and stays the old map."""
+    rule = lm.REPLACE_CASES[replace_case]
+    out = run_isolated(lm.run_replace, replace_case, gpu.ordinal, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=120)
+    r = engine.value_of(out, rule, replace_case, "replace_address")
+    _unavailable(r)
+    request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
+    errors, seen = lm.judge_replace(replace_case, r)
+    fail_all(replace_case, errors)
+    if seen:
+        pytest.skip(f"{OBSERVATION_PREFIX} not a pass (the documentation asks for device-accessible "
+                    f"memory, which pageable memory is on this node): {seen}")
 
 
 # --------------------------------------------------------------------- JAX's Mosaic GPU

@@ -312,6 +312,8 @@ RUNTIME_SKIPS = {
                                                                      "the prefetch an effect there",
     "test_library_maps.py::_result": "Triton in the child cannot run the case (its launcher's API differs)",
     "test_library_maps.py::_unavailable": "cuda.core in the child cannot make tensor maps",
+    "test_library_maps.py::test_cuda_core_replace_address": "a host array taken where the GPU reaches "
+                                                           "pageable memory: an observation",
     "test_library_maps.py::test_triton_host_map": "this Triton's host map bytes cannot be read",
     "test_library_maps.py::test_triton_device_map_reused": "Triton in the child cannot run the kernel",
     "test_multicast.py::test_multicast": "the GPU refused the cluster launch (measured in the child)",
