@@ -371,6 +371,7 @@ def test_graph_holds_map(graph_case, gpu, kernels):
 
 
 # ------------------------------------------------------------------ the async proxy's data
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
 def test_proxy_fence(proxy_case, gpu, kernels):
     """Data handed between ordinary loads and stores and TMA (fixtures/fences/async_proxy.py),
     thousands of hand-offs in one launch: shared memory written by threads, then TMA-stored or
@@ -390,6 +391,7 @@ def test_proxy_fence(proxy_case, gpu, kernels):
                     f"promise nothing): {seen}")
 
 
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
 def test_transaction_count(tx_case, gpu, kernels):
     """The bytes a TMA load completes on its mbarrier (fixtures/fences/tx_count.py): a box
     inside, across, below or outside the tensor completes the box's bytes, on each CTA's

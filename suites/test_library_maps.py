@@ -508,6 +508,7 @@ def test_cuda_core_view(cuda_core_view_case, interface, gpu, request):
     fail_all(c.id, v.errors)
 
 
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
 def test_cuda_core_replace_address(replace_case, gpu, kernels, request):
     """cuda.core's TensorMapDescriptor.replace_address (cuda-python#1687), where the installed
     cuda.core has it (fixtures/library_maps/cuda_core_replace.py): given a new tensor, the

@@ -124,6 +124,7 @@ def test_bounded_wait_reports_timeout(gpu, kernels):
         status.check_status(out.value, ["box0", "box1"])
 
 
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
 @pytest.mark.rule("toolchain.ptx-newer-than-driver")
 def test_ptx_newer_than_the_driver_is_an_environment_answer(gpu):
     """A module of PTX newer than the driver knows (flashinfer#3795: PTX 9.1 on a CUDA 13.0

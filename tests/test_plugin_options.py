@@ -128,3 +128,4 @@ def test_the_service_has_the_children_asked_else_one_per_worker_up_to_a_cap():
     assert lane_control.children(config("12", 32)) == 12 and lane_control.children(config("2", 8)) == 2
     with pytest.raises(ValueError, match="expected a number of children"):
         lane_control.service_children(config("-1", 8))
+
