@@ -81,6 +81,9 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("replace_case", [
             pytest.param(c, marks=pytest.mark.rule(r)) for c, r in lm.REPLACE_CASES.items()
             if sweep.level(metafunc.config) != "smoke" or c == "new-tensor"])
+    if "large_case" in metafunc.fixturenames:       # 4 GiB each: not in the smoke sweep
+        metafunc.parametrize("large_case", [c for c in lm.LARGE_CASES
+                                            if sweep.level(metafunc.config) != "smoke"])
     engine.parametrize(metafunc, "cute_tensormap_case",
                        lambda level: [c for c in lm.cute_cases(level) if c.path == "tensormap"])
     engine.parametrize(metafunc, "cute_atom_case",
@@ -525,6 +528,20 @@ def test_cuda_core_replace_address(replace_case, gpu, kernels, request):
     if seen:
         pytest.skip(f"{OBSERVATION_PREFIX} not a pass (the documentation asks for device-accessible "
                     f"memory, which pageable memory is on this node): {seen}")
+
+
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
+@pytest.mark.rule("library.cuda-core.large")
+def test_cuda_core_large(large_case, gpu, kernels, request):
+    """cuda.core's map of a tensor of more than 2^31 elements, and of one whose row stride is
+    more than 2^31 bytes (fixtures/library_maps/cuda_core_large.py; flashinfer#3391,
+    cutlass#2312): the driver's map, and a load at the far corner exact."""
+    out = run_isolated(lm.run_large, large_case, gpu.ordinal, gpu.arch, str(kernels.cache_dir),
+                       device=gpu.ordinal, timeout=180)
+    r = engine.value_of(out, "library.cuda-core.large", large_case, "the large tensor's map and load")
+    _unavailable(r)
+    request.node.user_properties.append(("cuda-core", dist_version("cuda-core")))
+    fail_all(large_case, lm.judge_large(large_case, r))
 
 
 # --------------------------------------------------------------------- JAX's Mosaic GPU
