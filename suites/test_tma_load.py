@@ -23,10 +23,12 @@ import pytest
 
 import fixtures.tma_load as tl
 from fixtures import engine
+from fixtures.cuda_layer.isolation import run_isolated
 from fixtures.cuda_layer import status as st, trap_lane
 from fixtures.rules.registry import check, fail, fail_all
 from fixtures.tensormap.enums import DataType, Interleave, OobFill, Swizzle
 from fixtures.tensormap.params import TiledBox
+from fixtures.tensormap import sweep
 from fixtures.tma_box import tiled, tiled_cases, tiled_validity
 
 
@@ -57,6 +59,7 @@ def pytest_generate_tests(metafunc):
     engine.parametrize(metafunc, "load_case", data_cases)
     engine.parametrize(metafunc, "trap_case", trap_cases)
     engine.parametrize(metafunc, "misplaced_case", misplaced_cases)
+    engine.parametrize(metafunc, "guard_case", tl.guard_cases)
 
 
 tma_batches = engine.batch_fixture("tma_batches", "load_case", data_cases, tl.TILED)
@@ -202,3 +205,25 @@ def test_large_global_dim(case_id, dtype, dims, strides, box, gpu, kernels):
     want = tiled.load(p, engine.device_maps.pool_host(), 0).data
     if v["image"] != want:
         fail(rule, case_id, mismatch_message(SimpleNamespace(id=case_id, load=p), v["image"], want))
+
+
+# ------------------------------------------------------------------ around the destination
+@pytest.fixture(scope="session")
+def guard_runs(request, gpu, kernels):
+    """Every guarded load of the sweep level in one isolated call (two launches), once per
+    worker and GPU (fixtures/tma_load/guard_bytes.py)."""
+    level = sweep.level(request.config)
+    return run_isolated(tl.run_guards, [c.id for c in tl.guard_cases(level)], level, gpu.arch,
+                        str(kernels.cache_dir), device=gpu.ordinal, timeout=120)
+
+
+@pytest.mark.unproven       # not yet run on a GPU node (issue 58)
+@pytest.mark.rule("tma-load.destination-only")
+def test_guard_bytes(guard_case, guard_runs):
+    """A tiled load writes its box and nothing beside it: 128 guard bytes before the
+    destination and 128 after the box come back unchanged, for each element size and
+    swizzle mode, a box inside, across the far corner and at a negative corner, and in each
+    CTA of a multicast (TransformerEngine#3483)."""
+    runs = engine.value_of(guard_runs, "tma-load.destination-only", guard_case.id, "the guarded loads")
+    region, words = runs[guard_case.id]
+    fail_all(guard_case.id, tl.judge_guards(guard_case, region, words))

@@ -16,6 +16,7 @@ from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.fences import async_proxy as ap, tx_count as tx
 from fixtures.repro import record
 from fixtures.rules.registry import get
+from fixtures.tma_box import tiled
 
 
 def _answer(case, seen=None, words=None):
@@ -96,7 +97,7 @@ def _tx_answer(case, words=(status.OK,), after=status.OK):
                                                                          else words, dtype=np.uint32)}
     if not c.multicast:
         ans["after"] = np.array([after], dtype=np.uint32)
-        ans["again"] = tx.tiled.plane_box(tx.tensor(), 0, 0, *tx.BOX)[None]
+        ans["again"] = tiled.plane_box(tx.tensor(), 0, 0, *tx.BOX)[None]
     return ans
 
 
