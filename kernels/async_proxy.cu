@@ -25,8 +25,9 @@ __device__ inline void fence_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
-// Thread 0 loads tile k (coordinates {0, 8k}) into `dst`, the barrier told to expect
-// `expect` bytes first; every thread waits for the phase of `parity`, bounded.
+// Thread 0 loads the box at (x, y) into `dst`, the barrier told to expect `expect` bytes
+// first; every thread waits for the phase of `parity`, bounded (its own answer: a block
+// that branches on it agrees first, __syncthreads_and).
 __device__ inline bool load_tile(void* dst, const void* map, s32 x, s32 y, u64* bar, u32 parity,
                                  u32 expect, u64 timeout_ns) {
   if (threadIdx.x == 0) {
@@ -142,7 +143,8 @@ flag_then_load(const __grid_constant__ tmac::TensorMap map, tmac::u32* tensor, i
       }
       __syncthreads();
       if (!ok) break;
-      if (!load_tile(tile, &map, 0, static_cast<s32>(p * 8), &bar, t & 1, TILE_BYTES, timeout_ns)) {
+      if (!__syncthreads_and(load_tile(tile, &map, 0, static_cast<s32>(p * 8), &bar, t & 1,
+                                       TILE_BYTES, timeout_ns))) {
         ok = 0;
         settle();
         break;
@@ -178,7 +180,8 @@ read_then_load(const __grid_constant__ tmac::TensorMap map, int fenced, int tria
   if (threadIdx.x == 0) init_barrier(&bar);
   __syncthreads();
   const u32 first = blockIdx.x * trials;
-  bool ok = load_tile(tile, &map, 0, static_cast<s32>(first * 8), &bar, 0, TILE_BYTES, timeout_ns);
+  bool ok = __syncthreads_and(load_tile(tile, &map, 0, static_cast<s32>(first * 8), &bar, 0,
+                                        TILE_BYTES, timeout_ns));
   for (int t = 0; ok && t < trials; ++t) {
     u32 held[PER];
     for (u32 j = 0; j < PER; ++j) {
@@ -195,7 +198,7 @@ read_then_load(const __grid_constant__ tmac::TensorMap map, int fenced, int tria
       tma_load(2, tile, &map, c, &bar);
     }
     for (u32 j = 0; j < PER; ++j) seen[(first + t) * TILE_ELEMS + threadIdx.x + j * 128] = held[j];
-    if (more) ok = bounded_wait(&bar, (t + 1) & 1, timeout_ns);
+    if (more) ok = __syncthreads_and(bounded_wait(&bar, (t + 1) & 1, timeout_ns));
   }
   if (!ok) settle();
   if (threadIdx.x == 0) status[blockIdx.x] = ok ? STATUS_OK : STATUS_TIMEOUT;
@@ -219,7 +222,8 @@ init_then_load(const __grid_constant__ tmac::TensorMap map, int fence, int trial
       if (fence == 2) ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
     }
     __syncthreads();
-    ok = load_tile(tile, &map, 0, static_cast<s32>(k * 8), &bars[t], 0, TILE_BYTES, timeout_ns);
+    ok = __syncthreads_and(load_tile(tile, &map, 0, static_cast<s32>(k * 8), &bars[t], 0,
+                                     TILE_BYTES, timeout_ns));
     if (!ok) { settle(); break; }
     record(seen, k, tile);
     fence_async_shared();
@@ -253,7 +257,7 @@ tx_load(const __grid_constant__ tmac::TensorMap map, const tmac::s32* coords,
   for (u32 i = threadIdx.x; i < TILE_ELEMS; i += blockDim.x) tile[i] = SMEM_POISON;
   fence_async_shared();
   __syncthreads();
-  const bool again = load_tile(tile, &map, 0, 0, &bar[1], 0, TILE_BYTES, timeout_ns);
+  const bool again = __syncthreads_and(load_tile(tile, &map, 0, 0, &bar[1], 0, TILE_BYTES, timeout_ns));
   record(seen, gridDim.x + b, tile);
   if (!again) settle();
   if (threadIdx.x == 0) after[b] = again ? STATUS_OK : STATUS_TIMEOUT;
