@@ -53,18 +53,79 @@ __device__ inline void settle() {
   __syncthreads();
 }
 
+// Flags at .gpu scope (SYS false: one GPU) or .sys (two GPUs: the producer writes over
+// peer access into the consumer's memory).
+template <bool SYS>
 __device__ inline bool spin_until(const u32* flag, u32 at_least, u64 timeout_ns) {
   const u64 start = globaltimer();
   u32 v;
   for (;;) {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if constexpr (SYS)
+      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    else
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
     if (v >= at_least) return true;
     if (globaltimer() - start > timeout_ns) return false;
   }
 }
 
+template <bool SYS>
 __device__ inline void publish(u32* flag, u32 v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+  if constexpr (SYS) {
+    __threadfence_system();
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+  } else {
+    __threadfence();
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+  }
+}
+
+// The hand-offs of one pair p, as its producer (writes tile p of `tensor` with ordinary
+// stores, publishes ready[p]) or its consumer (acquires ready[p], with `fenced` runs
+// fence.proxy.async.global, TMA-loads tile p through `map`, records it, releases ack[p]
+// before the producer overwrites the tile). flags: ready[pairs], ack[pairs], zeroed by the
+// host. A flag that never comes ends the block's hand-offs: false (TIMEOUT).
+template <bool SYS>
+__device__ inline bool flag_handoffs(bool producer, u32 p, const TensorMap* map, u32* tensor,
+                                     int fenced, int pairs, int trials, u32* flags, u32* seen,
+                                     u64 timeout_ns) {
+  __shared__ alignas(1024) u32 tile[TILE_ELEMS];
+  __shared__ u64 bar;
+  __shared__ int ok;
+  u32* ready = flags + p;
+  u32* ack = flags + pairs + p;
+  if (threadIdx.x == 0) { init_barrier(&bar); ok = 1; }
+  __syncthreads();
+  for (int t = 0; t < trials; ++t) {
+    const u32 k = p * trials + t;
+    if (producer) {
+      if (threadIdx.x == 0 && !spin_until<SYS>(ack, t, timeout_ns)) ok = 0;
+      __syncthreads();
+      if (!ok) break;
+      for (u32 i = threadIdx.x; i < TILE_ELEMS; i += blockDim.x)
+        tensor[p * TILE_ELEMS + i] = proxy_value(k, i);
+      __syncthreads();
+      if (threadIdx.x == 0) publish<SYS>(ready, t + 1);
+    } else {
+      if (threadIdx.x == 0) {
+        if (!spin_until<SYS>(ready, t + 1, timeout_ns)) ok = 0;
+        else if (fenced) fence_async_global();
+      }
+      __syncthreads();
+      if (!ok) break;
+      if (!__syncthreads_and(load_tile(tile, map, 0, static_cast<s32>(p * 8), &bar, t & 1,
+                                       TILE_BYTES, timeout_ns))) {
+        ok = 0;
+        settle();
+        break;
+      }
+      record(seen, k, tile);
+      fence_async_shared();          // the next load rewrites the tile these threads read
+      __syncthreads();
+      if (threadIdx.x == 0) publish<SYS>(ack, t + 1);
+    }
+  }
+  return ok;
 }
 }  // namespace tmac
 
@@ -106,55 +167,40 @@ smem_then_write(const __grid_constant__ tmac::TensorMap map, int fenced, int red
   }
 }
 
-// Pairs of blocks: block p < pairs writes tile p of the tensor with ordinary stores, then
-// publishes hand-off t with a release of ready[p]; block pairs + p acquires it and
-// TMA-loads tile p (with `fenced`, after fence.proxy.async.global), records what it saw,
-// and releases ack[p] before the producer overwrites the tile. flags: ready[pairs],
-// ack[pairs], zeroed by the host. A flag that never comes ends the block's hand-offs
-// with a TIMEOUT status.
+// Pairs of blocks on one GPU: block p < pairs is pair p's producer, block pairs + p its
+// consumer (flag_handoffs, flags at .gpu scope).
 extern "C" __global__ void __launch_bounds__(128)
 flag_then_load(const __grid_constant__ tmac::TensorMap map, tmac::u32* tensor, int fenced,
                int pairs, int trials, tmac::u32* flags, tmac::u32* seen, tmac::u32* status,
                tmac::u64 timeout_ns) {
   using namespace tmac;
-  __shared__ alignas(1024) u32 tile[TILE_ELEMS];
-  __shared__ u64 bar;
-  __shared__ int ok;
   const bool producer = static_cast<int>(blockIdx.x) < pairs;
   const u32 p = producer ? blockIdx.x : blockIdx.x - pairs;
-  u32* ready = flags + p;
-  u32* ack = flags + pairs + p;
-  if (threadIdx.x == 0) { init_barrier(&bar); ok = 1; }
-  __syncthreads();
-  for (int t = 0; t < trials; ++t) {
-    const u32 k = p * trials + t;
-    if (producer) {
-      if (threadIdx.x == 0 && !spin_until(ack, t, timeout_ns)) ok = 0;
-      __syncthreads();
-      if (!ok) break;
-      for (u32 i = threadIdx.x; i < TILE_ELEMS; i += blockDim.x)
-        tensor[p * TILE_ELEMS + i] = proxy_value(k, i);
-      __syncthreads();
-      if (threadIdx.x == 0) { __threadfence(); publish(ready, t + 1); }
-    } else {
-      if (threadIdx.x == 0) {
-        if (!spin_until(ready, t + 1, timeout_ns)) ok = 0;
-        else if (fenced) fence_async_global();
-      }
-      __syncthreads();
-      if (!ok) break;
-      if (!__syncthreads_and(load_tile(tile, &map, 0, static_cast<s32>(p * 8), &bar, t & 1,
-                                       TILE_BYTES, timeout_ns))) {
-        ok = 0;
-        settle();
-        break;
-      }
-      record(seen, k, tile);
-      fence_async_shared();          // the next load rewrites the tile these threads read
-      __syncthreads();
-      if (threadIdx.x == 0) publish(ack, t + 1);
-    }
-  }
+  const bool ok = flag_handoffs<false>(producer, p, &map, tensor, fenced, pairs, trials, flags,
+                                       seen, timeout_ns);
+  if (threadIdx.x == 0) status[blockIdx.x] = ok ? STATUS_OK : STATUS_TIMEOUT;
+}
+
+// The same hand-offs across two GPUs, launched at once: block p of flag_produce_sys, on the
+// producer GPU, writes tile p of the consumer GPU's tensor over peer access; block p of
+// flag_consume_sys, on the consumer GPU, loads it; the flags, in the consumer's memory, at
+// .sys scope (seed 001: "If the threads are on different devices, the .sys scope must be
+// used.").
+extern "C" __global__ void __launch_bounds__(128)
+flag_produce_sys(tmac::u32* tensor, int pairs, int trials, tmac::u32* flags, tmac::u32* status,
+                 tmac::u64 timeout_ns) {
+  using namespace tmac;
+  const bool ok = flag_handoffs<true>(true, blockIdx.x, nullptr, tensor, 0, pairs, trials, flags,
+                                      nullptr, timeout_ns);
+  if (threadIdx.x == 0) status[blockIdx.x] = ok ? STATUS_OK : STATUS_TIMEOUT;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flag_consume_sys(const __grid_constant__ tmac::TensorMap map, int fenced, int pairs, int trials,
+                 tmac::u32* flags, tmac::u32* seen, tmac::u32* status, tmac::u64 timeout_ns) {
+  using namespace tmac;
+  const bool ok = flag_handoffs<true>(false, blockIdx.x, &map, nullptr, fenced, pairs, trials,
+                                      flags, seen, timeout_ns);
   if (threadIdx.x == 0) status[blockIdx.x] = ok ? STATUS_OK : STATUS_TIMEOUT;
 }
 

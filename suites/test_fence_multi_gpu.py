@@ -22,7 +22,9 @@ import pytest
 from fixtures import fences
 from fixtures.cuda_layer import placement
 from fixtures.plugins.run_control import every_gpu
+from fixtures.rules.registry import fail_all
 from fixtures.tensormap import sweep
+from reports.model import OBSERVATION_PREFIX
 
 
 def _cases(config):
@@ -51,6 +53,11 @@ def pytest_generate_tests(metafunc):
     if "case" in metafunc.fixturenames:
         cases = _cases(metafunc.config)
         metafunc.parametrize("case", cases, ids=[_id(c) for c in cases])
+    if "proxy_pair" in metafunc.fixturenames:
+        ordinals = [d.ordinal for d in every_gpu.run_gpus()]
+        pairs = placement.pairs(ordinals, every=sweep.level(metafunc.config) == "full")
+        cases = [(c, p, q) for c in fences.TWO_GPU_CASES for p, q in pairs]
+        metafunc.parametrize("proxy_pair", cases, ids=[f"{c}-gpu{p}-to-gpu{q}" for c, p, q in cases])
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,3 +84,24 @@ def test_two_gpu(gpus, kernels, request, case):
     request.node.user_properties.extend(r.properties())
     print(r.line())
     r.check("fence.release-acquire", "fence.scope-sys", "fence.same-block", case=request.node.callspec.id)
+
+
+@pytest.mark.unproven       # not yet run on a node of several GPUs (issue 58)
+@pytest.mark.rule(fences.TWO_GPU_RULE)
+def test_proxy_fence_two_gpu(gpus, kernels, request, proxy_pair):
+    """A tile written by another GPU over peer access with ordinary stores and published
+    with a .sys release flag, TMA-loaded by the consumer GPU after its .sys acquire
+    (fixtures/fences/async_proxy.py ``run_proxy_two_gpu``; DeepEP's NVLink hand-off): with
+    fence.proxy.async.global every tile exact, without it an observation, counted."""
+    case, producer, consumer = proxy_pair
+    every_gpu.ran_on(request.node, (producer, consumer))
+    why = _peer_access(*sorted((producer, consumer)))
+    if why:
+        pytest.skip(f"needs peer access between GPUs {producer} and {consumer}: {why}")
+    answer = fences.run_proxy_two_gpu(case, gpus[0].arch, kernels.cache_dir, producer=producer,
+                                      consumer=consumer)
+    errors, seen = fences.judge_two_gpu(case, answer)
+    fail_all(request.node.callspec.id, errors)
+    if seen:
+        pytest.skip(f"{OBSERVATION_PREFIX} not a pass (without the proxy fence the documents "
+                    f"promise nothing): {seen}")

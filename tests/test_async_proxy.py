@@ -5,6 +5,7 @@ stand-ins against the kernel's declared parameters. The kernels run on a GPU nod
 (suites/test_fence_scopes.py test_proxy_fence, test_transaction_count)."""
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -161,3 +162,50 @@ def test_each_launch_passes_the_kernels_declared_parameters(case, monkeypatch):
     for step in launches:
         assert [a[0] for a in step["args"]] == [_kind(t) for t in _declared(step["kernel"])], step["kernel"]
         assert step["block"] == 128 and step["cluster"] == (2 if step["kernel"] == "tx_multicast" else 1)
+
+
+# ------------------------------------------------------------------ across two GPUs
+class _Stream:
+    def __init__(self, **kw):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def test_the_two_gpu_hand_offs_launch_as_declared(monkeypatch):
+    monkeypatch.setattr(ap, "load_kernel", lambda source, **kw: record.FakeModule(source))
+    monkeypatch.setattr(ap, "current_device", lambda: 0)
+    monkeypatch.setattr(ap, "use_device", lambda d: None)
+    monkeypatch.setattr(ap, "on_device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(record.FakeCupy.cuda, "Stream", _Stream, raising=False)
+    with record.recording() as prog:
+        answer = fences.run_proxy_two_gpu("flag-load-fenced", "sm_90a", producer=1, consumer=0)
+    launches = [s for s in prog.steps if s["op"] == "launch"]
+    assert [s["kernel"] for s in launches] == ["flag_consume_sys", "flag_produce_sys"]
+    for step in launches:
+        assert [a[0] for a in step["args"]] == [_kind(t) for t in _declared(step["kernel"])], step["kernel"]
+        assert (step["grid"], step["block"]) == (ap.BLOCKS, 128)
+    # both kernels share the flags, and the consumer's map is over the tensor the producer writes
+    consume, produce = (s["args"] for s in launches)
+    assert consume[4] == produce[3] == ["buf", consume[4][1], 0]
+    (enc,) = [s for s in prog.steps if s["op"] == "encode"]
+    assert enc["address"] == [produce[0][1], 0]
+    assert answer["seen"].shape == (ap.BLOCKS * ap.TRIALS, ap.TILE_ELEMS) and answer["status"].size == 2 * ap.BLOCKS
+
+
+def test_two_gpu_judgement():
+    n = ap.BLOCKS * ap.TRIALS
+    ok = {"seen": ap.value(np.arange(n)), "status": np.full(2 * ap.BLOCKS, status.OK, dtype=np.uint32)}
+    assert fences.judge_two_gpu("flag-load-fenced", ok) == ([], "")
+    errors, obs = fences.judge_two_gpu("flag-load-unfenced", ok)
+    assert errors == [] and obs.startswith("0 of 4096 hand-offs")
+    stale = dict(ok, seen=ok["seen"].copy())
+    stale["seen"][3] = ap.value(2)
+    (err,), _ = fences.judge_two_gpu("flag-load-fenced", stale)
+    assert err[0] == fences.TWO_GPU_RULE and "1 of 4096" in err[1] and "(1 an earlier" in err[1]
+    late = dict(ok, status=ok["status"].copy())
+    late["status"][0] = status.TIMEOUT
+    (err,), _ = fences.judge_two_gpu("flag-load-unfenced", late)
+    assert "1 of 32 blocks (producer GPU's, then the consumer's) did not end OK" in err[1]
+    assert get(fences.TWO_GPU_RULE).quote

@@ -298,6 +298,8 @@ def test_suites_and_models_keep_no_state_in_their_modules():
 # before it (a compute capability, a driver entry point, a tool, an installed package).
 RUNTIME_SKIPS = {
     "test_fence_multi_gpu.py::test_two_gpu": "peer access between the pair: the driver's answer for those two GPUs",
+    "test_fence_multi_gpu.py::test_proxy_fence_two_gpu": "peer access between the pair; a hand-off "
+                                                         "without the proxy fence: an observation",
     "test_fence_scopes.py::_observe": "a report-only observation: no outcome is right or wrong",
     "test_fence_scopes.py::test_proxy_fence": "a hand-off without the proxy fence: an observation, counted",
     "test_fence_scopes.py::test_transaction_count": "a barrier told fewer bytes than come: an observation",
