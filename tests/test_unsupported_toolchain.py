@@ -70,3 +70,4 @@ def test_a_case_that_meets_it_is_skipped_as_the_environments_not_failed_nor_a_ha
     other = Outcome("exception", error="KeyError: 'x'", detail="")
     with pytest.raises(HarnessError):
         engine.value_of(other, "toolchain.ptx-newer-than-driver", "ptx-9.9")
+
