@@ -6,18 +6,17 @@ stand-ins against the kernel's declared parameters. The kernels run on a GPU nod
 from __future__ import annotations
 
 import contextlib
-import re
 
 import numpy as np
 import pytest
 
 from fixtures import fences
 from fixtures.cuda_layer import status
-from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.fences import async_proxy as ap, tx_count as tx
 from fixtures.repro import record
 from fixtures.rules.registry import get
 from fixtures.tma_box import tiled
+from kernel_params import declared
 
 
 def _answer(case, seen=None, words=None):
@@ -134,23 +133,6 @@ def test_a_long_count_that_completes_a_box_that_does_not_or_a_hurt_block_fails()
 
 
 # ------------------------------------------------------------------ the launches
-def _declared(kernel: str) -> list[str]:
-    """The kernel's parameters' types, from its definition in kernels/async_proxy.cu."""
-    text = (KERNEL_DIR / ap.SOURCE).read_text()
-    m = re.search(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\)\s*)?' + kernel + r"\((.*?)\)\s*\{",
-                  text, re.S)
-    assert m, kernel
-    return [" ".join(p.split()[:-1]) for p in m.group(1).split(",")]
-
-
-def _kind(t: str) -> str:
-    if "TensorMap" in t and "*" not in t:
-        return "map"
-    if "*" in t:
-        return "buf"
-    return {"int": "int32", "tmac::u64": "uint64", "tmac::u32": "uint32"}[t.replace("const ", "")]
-
-
 @pytest.mark.parametrize("case", list(fences.PROXY_CASES) + list(fences.TX_CASES))
 def test_each_launch_passes_the_kernels_declared_parameters(case, monkeypatch):
     mod, run = (ap, fences.run_proxy) if case in fences.PROXY_CASES else (tx, fences.run_tx)
@@ -160,7 +142,7 @@ def test_each_launch_passes_the_kernels_declared_parameters(case, monkeypatch):
     launches = [s for s in prog.steps if s["op"] == "launch"]
     assert launches
     for step in launches:
-        assert [a[0] for a in step["args"]] == [_kind(t) for t in _declared(step["kernel"])], step["kernel"]
+        assert [a[0] for a in step["args"]] == declared(ap.SOURCE, step["kernel"]), step["kernel"]
         assert step["block"] == 128 and step["cluster"] == (2 if step["kernel"] == "tx_multicast" else 1)
 
 
@@ -184,7 +166,7 @@ def test_the_two_gpu_hand_offs_launch_as_declared(monkeypatch):
     launches = [s for s in prog.steps if s["op"] == "launch"]
     assert [s["kernel"] for s in launches] == ["flag_consume_sys", "flag_produce_sys"]
     for step in launches:
-        assert [a[0] for a in step["args"]] == [_kind(t) for t in _declared(step["kernel"])], step["kernel"]
+        assert [a[0] for a in step["args"]] == declared(ap.SOURCE, step["kernel"]), step["kernel"]
         assert (step["grid"], step["block"]) == (ap.BLOCKS, 128)
     # both kernels share the flags, and the consumer's map is over the tensor the producer writes
     consume, produce = (s["args"] for s in launches)

@@ -4,18 +4,16 @@ launches recorded over the reproducers' stand-ins against the kernel's declared
 parameters. The kernel runs on a GPU node (suites/test_tma_load.py test_guard_bytes)."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
 import fixtures.tma_load as tl
 from fixtures.cuda_layer import status
-from fixtures.cuda_layer.build import KERNEL_DIR
 from fixtures.repro import record
 from fixtures.rules.registry import get
 from fixtures.tensormap.enums import Swizzle
 from fixtures.tma_load import guard_bytes as gb
+from kernel_params import declared
 
 
 def _clean(case):
@@ -57,17 +55,6 @@ def test_untouched_guards_pass_one_changed_byte_on_either_side_fails(case):
     assert "did not complete" in err[1] and err[1].startswith("CTA 1: " if case.multicast else "the load")
 
 
-def _declared(kernel: str) -> list[str]:
-    text = (KERNEL_DIR / gb.SOURCE).read_text()
-    m = re.search(r'extern "C" __global__ void __launch_bounds__\(\d+\)\s*' + kernel + r"\((.*?)\)\s*\{", text, re.S)
-    assert m, kernel
-    kinds = []
-    for p in m.group(1).split(","):
-        t = " ".join(p.split()[:-1])
-        kinds.append("buf" if "*" in t else {"tmac::u32": "uint32", "tmac::u64": "uint64"}[t])
-    return kinds
-
-
 def test_each_launch_passes_the_kernels_declared_parameters(monkeypatch):
     monkeypatch.setattr(gb, "load_kernel", lambda source, **kw: record.FakeModule(source))
     with record.recording() as prog:
@@ -75,7 +62,7 @@ def test_each_launch_passes_the_kernels_declared_parameters(monkeypatch):
     launches = [s for s in prog.steps if s["op"] == "launch"]
     assert [s["kernel"] for s in launches] == ["guarded_load", "guarded_multicast"]
     for s in launches:
-        assert [a[0] for a in s["args"]] == _declared(s["kernel"])
+        assert [a[0] for a in s["args"]] == declared(gb.SOURCE, s["kernel"])
         assert s["cluster"] == (2 if s["kernel"] == "guarded_multicast" else 1)
         # the guard before, up to 1,023 bytes to the 1024-aligned destination, the box, the guard after
         assert s["shared"] >= gb.GUARD + 1023 + gb.SPANS[Swizzle.B128] * gb.ROWS + gb.GUARD

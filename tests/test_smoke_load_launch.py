@@ -8,6 +8,7 @@ import numpy as np
 from fixtures.engine import device_maps
 from fixtures.repro import record
 from fixtures.toolchain import smoke
+from kernel_params import declared
 
 
 def test_the_smoke_loads_launch_smoke_load_as_it_declares(monkeypatch):
@@ -20,7 +21,7 @@ def test_the_smoke_loads_launch_smoke_load_as_it_declares(monkeypatch):
         tiles, words = smoke.load_boxes(host, (32, 8), [(0, 0), (32, 56)], arch="sm_90a", expect_extra=16)
     (launch,) = [s for s in prog.steps if s["op"] == "launch"]
     assert (launch["kernel"], launch["grid"], launch["block"], launch["shared"]) == ("smoke_load", 2, 128, 1024 + 1024)
-    assert [a[0] for a in launch["args"]] == ["map", "int32", "buf", "buf", "buf", "uint32", "uint32", "uint64"]
+    assert [a[0] for a in launch["args"]] == declared("smoke_load.cu", "smoke_load")
     assert [a[1] for a in launch["args"][5:7]] == [1024, 1040] and launch["args"][1][1] == 2
     # the stand-in kernel writes nothing: the poison and the unwritten words come back
     assert tiles.shape == (2, 8, 32) and tiles.dtype == np.float32 and words.tolist() == [0xFFFFFFFF] * 2
