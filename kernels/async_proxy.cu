@@ -324,14 +324,7 @@ tx_multicast(const __grid_constant__ tmac::TensorMap map, const tmac::s32* coord
   for (u32 i = threadIdx.x; i < TILE_ELEMS; i += blockDim.x) tile[i] = SMEM_POISON;
   fence_async_shared();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(&bar, 1);
-    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
-    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar,
-                                   expect[c]);
-  }
-  ptx::barrier_cluster_arrive(ptx::sem_release);
-  ptx::barrier_cluster_wait(ptx::sem_acquire);
+  init_multicast_barrier(&bar, expect[c]);
   if (r == 0 && threadIdx.x == 0) {
     const s32 k[2] = {coords[2 * c], coords[2 * c + 1]};
     ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, tile, &map, k, &bar,
@@ -341,6 +334,5 @@ tx_multicast(const __grid_constant__ tmac::TensorMap map, const tmac::s32* coord
   record(seen, slot, tile);
   if (threadIdx.x == 0) status[slot] = done ? STATUS_OK : STATUS_TIMEOUT;
   settle();
-  ptx::barrier_cluster_arrive(ptx::sem_release);
-  ptx::barrier_cluster_wait(ptx::sem_acquire);
+  cluster_sync();
 }

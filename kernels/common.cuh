@@ -43,6 +43,27 @@ __device__ inline void init_barrier(u64* bar) {
   ptx::fence_proxy_async(ptx::space_shared);
 }
 
+// Every thread of every CTA of the cluster meets here (barrier.cluster arrive.release /
+// wait.acquire).
+__device__ inline void cluster_sync() {
+  ptx::barrier_cluster_arrive(ptx::sem_release);
+  ptx::barrier_cluster_wait(ptx::sem_acquire);
+}
+
+// A CTA's mbarrier for a multicast load: thread 0 initialises it, makes the init visible
+// to the cluster (fence.mbarrier_init.release.cluster) and tells it to expect `tx_bytes`;
+// then the cluster synchronises, so every destination barrier is ready before any
+// complete-tx can reach it. Every thread of every CTA calls it.
+__device__ inline void init_multicast_barrier(u64* bar, u32 tx_bytes) {
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(bar, 1);
+    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, bar,
+                                   tx_bytes);
+  }
+  cluster_sync();
+}
+
 // Round a shared-memory pointer up to `align` bytes (a power of two); the
 // swizzled TMA destinations need 256/512/1024-byte alignment.
 template <typename T>

@@ -63,14 +63,7 @@ guarded_multicast(const tmac::TensorMap* maps, const tmac::s32* coords, const tm
   const u32 c = ptx::get_sreg_clusterid_x();
   unsigned char* dst = guarded_destination(smem_raw);
   fill_region(dst, box_bytes[c]);
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(&bar, 1);
-    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
-    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar,
-                                   box_bytes[c]);
-  }
-  ptx::barrier_cluster_arrive(ptx::sem_release);
-  ptx::barrier_cluster_wait(ptx::sem_acquire);
+  init_multicast_barrier(&bar, box_bytes[c]);
   if (r == 0 && threadIdx.x == 0) {
     const TensorMap* map = maps + c;
     ptx::fence_proxy_tensormap_generic(ptx::sem_acquire, ptx::scope_gpu, map, ptx::n32_t<128>{});
@@ -80,8 +73,7 @@ guarded_multicast(const tmac::TensorMap* maps, const tmac::s32* coords, const tm
   }
   const bool done = bounded_wait(&bar, 0, timeout_ns);
   __syncthreads();
-  ptx::barrier_cluster_arrive(ptx::sem_release);
-  ptx::barrier_cluster_wait(ptx::sem_acquire);
+  cluster_sync();
   const u32 slot = 2 * c + r;
   copy_out(out + static_cast<size_t>(slot) * stride, dst - GUARD, GUARD + box_bytes[c] + GUARD);
   if (threadIdx.x == 0) status[slot] = done ? STATUS_OK : STATUS_TIMEOUT;

@@ -56,11 +56,6 @@ __device__ inline void multicast_load(int rank, void* dst, const void* map, cons
               ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, k, bar, mask); break; }
   }
 }
-
-__device__ inline void cluster_sync() {
-  ptx::barrier_cluster_arrive(ptx::sem_release);
-  ptx::barrier_cluster_wait(ptx::sem_acquire);
-}
 }  // namespace mc
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -102,7 +97,7 @@ multicast_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsig
       ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar,
                                      tx_bytes);
   }
-  mc::cluster_sync();
+  cluster_sync();
   if (r == src && threadIdx.x == 0) {
     const TensorMap* map = maps + c;
     ptx::fence_proxy_tensormap_generic(ptx::sem_acquire, ptx::scope_gpu, map, ptx::n32_t<128>{});
@@ -113,7 +108,7 @@ multicast_load_batch(const tmac::TensorMap* maps, const tmac::s32* params, unsig
   }
   const bool done = in_mask ? bounded_wait(&bar, 0, timeout_ns) : true;
   __syncthreads();
-  mc::cluster_sync();
+  cluster_sync();
   const u32 stride = (copy_bytes + 15u) & ~15u;
   copy_out(out + out_offset + static_cast<size_t>(r) * stride, dst, copy_bytes);
   if (threadIdx.x == 0) status[sid] = done ? STATUS_OK : STATUS_TIMEOUT;
